@@ -1,0 +1,49 @@
+"""Loading a task program exactly the way KernelBench's loader does: compile, exec, look up three names.
+
+Also finds the `Model` class's source, which decontamination compares.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+
+class TaskLoadError(Exception):
+    """The program does not compile, raises at import, or lacks Model / get_inputs / get_init_inputs."""
+
+
+@dataclass(frozen=True)
+class LoadedTask:
+    model_class: type
+    get_inputs: Any
+    get_init_inputs: Any
+
+
+def load_task(source: str, filename: str = "<task>") -> LoadedTask:
+    try:
+        code = compile(source, filename, "exec")
+    except (SyntaxError, ValueError) as e:
+        raise TaskLoadError(f"does not compile: {e}") from e
+    namespace: dict[str, Any] = {}
+    try:
+        exec(code, namespace)
+    except Exception as e:
+        raise TaskLoadError(f"raises on load: {type(e).__name__}: {e}") from e
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not callable(namespace.get(n))]
+    if missing:
+        raise TaskLoadError(f"defines no {', '.join(missing)}")
+    return LoadedTask(namespace["Model"], namespace["get_inputs"], namespace["get_init_inputs"])
+
+
+def model_class_node(source: str) -> ast.ClassDef | None:
+    """The top-level `class Model` of a program, or None if it has none (or does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            return node
+    return None

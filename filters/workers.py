@@ -1,0 +1,185 @@
+"""Isolated execution: a pool of worker processes that each own one device context.
+
+A worker that segfaults, hangs past the time limit or hits a CUDA error is killed and replaced; only its
+task is lost, as a `crash`, `timeout` or `runtime_error` verdict, like a dead-letter record.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+
+from filters.execution import ExecutionConfig, is_fatal_cuda_error, run_checks, verdict_from_wire, verdict_to_wire
+from filters.reasons import CRASH, RUNTIME_ERROR, TIMEOUT, Verdict, one_line
+
+STARTUP_TIMEOUT_S = 300.0  # importing torch and creating a CUDA context, once per worker
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str  # identifies the task in results and logs
+    source: str  # the task program
+    seed: int  # seeds the model's parameters and the input draws
+
+
+def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None) -> None:
+    # A worker whose parent dies sees EOF on its pipe and exits: no orphan keeps a GPU context.
+    if gpu_index is not None:
+        import torch
+
+        torch.cuda.set_device(gpu_index)
+        torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction / max(1, _workers_per_gpu(cfg)))
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if message is None:
+            return
+        job: Job = message
+        try:
+            verdict = run_checks(job.source, job.seed, cfg)
+        except Exception as e:  # a checker bug must cost one task, not the worker's queue
+            verdict = Verdict(RUNTIME_ERROR, f"checker failed: {one_line(e)}")
+        conn.send(("done", verdict_to_wire(verdict)))
+        if is_fatal_cuda_error(verdict):
+            return
+
+
+def _workers_per_gpu(cfg: ExecutionConfig) -> int:
+    if cfg.device != "cuda":
+        return cfg.workers
+    import torch
+
+    return max(1, -(-cfg.workers // max(1, torch.cuda.device_count())))
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"worker killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code}"
+
+
+class _Worker:
+    def __init__(self, ctx, cfg: ExecutionConfig, gpu_index: int | None):
+        self.parent, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, cfg, gpu_index), daemon=True)
+        self.process.start()
+        child.close()
+        self.gpu_index = gpu_index
+        self.ready = False
+        self.job_index: int | None = None
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT_S  # to start, then to finish the job in hand
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=10)
+        self.parent.close()
+
+
+class WorkerPool:
+    """Runs `run_checks` for many tasks over `cfg.workers` processes (spread over all GPUs on CUDA)."""
+
+    def __init__(self, cfg: ExecutionConfig):
+        self.cfg = cfg
+        self._ctx = mp.get_context("spawn")
+        self._gpus = self._gpu_indices()
+        self._workers = [self._spawn(i) for i in range(cfg.workers)]
+        self.replaced = 0
+
+    def _gpu_indices(self) -> list[int | None]:
+        if self.cfg.device != "cuda":
+            return [None]
+        import torch
+
+        return list(range(torch.cuda.device_count())) or [0]
+
+    def _spawn(self, slot: int) -> _Worker:
+        return _Worker(self._ctx, self.cfg, self._gpus[slot % len(self._gpus)])
+
+    def _replace(self, slot: int) -> None:
+        self._workers[slot].kill()
+        self._workers[slot] = self._spawn(slot)
+        self.replaced += 1
+
+    def run(self, jobs: list[Job]) -> list[Verdict]:
+        """Verdicts in the order of `jobs`."""
+        results: list[Verdict | None] = [None] * len(jobs)
+        pending = deque(range(len(jobs)))
+        while pending or any(w.job_index is not None for w in self._workers):
+            now = time.monotonic()
+            for slot, w in enumerate(self._workers):
+                if w.ready and w.job_index is None and pending:
+                    index = pending.popleft()
+                    try:
+                        w.parent.send(jobs[index])
+                    except (BrokenPipeError, OSError):
+                        pending.appendleft(index)
+                        self._replace(slot)
+                        continue
+                    w.job_index, w.deadline = index, now + self.cfg.timeout_s
+            busy = [w for w in self._workers if w.job_index is not None or not w.ready]
+            if not busy:
+                continue
+            wait([w.parent for w in busy] + [w.process.sentinel for w in busy],
+                 timeout=max(0.0, min(w.deadline for w in busy) - time.monotonic()))
+            now = time.monotonic()
+            for slot, w in enumerate(self._workers):
+                self._collect(slot, w, results, now)
+        return [r if r is not None else Verdict(CRASH, "no verdict") for r in results]
+
+    def _collect(self, slot: int, w: _Worker, results: list[Verdict | None], now: float) -> None:
+        message = None
+        try:
+            if w.parent.poll():
+                message = w.parent.recv()
+        except (EOFError, OSError):
+            message = None
+        if message is not None:
+            kind, payload = message
+            if kind == "ready":
+                w.ready = True
+            elif kind == "done" and w.job_index is not None:
+                verdict = verdict_from_wire(payload)
+                results[w.job_index] = verdict
+                w.job_index = None
+                if is_fatal_cuda_error(verdict):
+                    self._replace(slot)
+            return
+        if not w.process.is_alive():
+            if w.job_index is not None:
+                results[w.job_index] = Verdict(CRASH, _describe_exit(w.process.exitcode))
+            elif not w.ready:
+                raise RuntimeError(f"an execution worker failed to start ({_describe_exit(w.process.exitcode)})")
+            self._replace(slot)
+        elif w.job_index is not None and now >= w.deadline:
+            results[w.job_index] = Verdict(TIMEOUT, f"no verdict within {self.cfg.timeout_s:g} s")
+            self._replace(slot)
+        elif not w.ready and now >= w.deadline:
+            raise RuntimeError(f"an execution worker did not start within {STARTUP_TIMEOUT_S:g} s")
+
+    def close(self) -> None:
+        for w in self._workers:
+            try:
+                w.parent.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for w in self._workers:
+            w.process.join(timeout=5)
+            w.kill()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

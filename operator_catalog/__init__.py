@@ -1,0 +1,18 @@
+"""Typed catalog of the operators opsynth composes into tasks, one module per family."""
+
+from operator_catalog.entry import NotApplicable, Operand, OpCall, OpEntry, SampleContext, TensorSpec, Workload
+from operator_catalog.registry import all_entries, catalog_version, get, sampleable
+
+__all__ = [
+    "NotApplicable",
+    "OpCall",
+    "OpEntry",
+    "Operand",
+    "SampleContext",
+    "TensorSpec",
+    "Workload",
+    "all_entries",
+    "catalog_version",
+    "get",
+    "sampleable",
+]

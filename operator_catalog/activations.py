@@ -1,0 +1,122 @@
+"""Activation functions: elementwise nonlinearities and the softmax family.
+
+Each row of the tables below is one operator; module forms are built without arguments unless a sampler says
+otherwise, function forms are called on the flowing tensor.
+"""
+
+from __future__ import annotations
+
+from operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext
+
+FAMILY = "activations"
+ANY_RANK = (2, 3, 4, 5)
+
+
+def _plain(name: str, style: str):
+    def sample(ctx: SampleContext) -> OpCall:
+        return OpCall(name=name, style=style, target=name)
+
+    return sample
+
+
+def _with_kwargs(name: str, style: str, choices: dict[str, tuple]):
+    """A call whose keyword hyperparameters are drawn from fixed choices."""
+
+    def sample(ctx: SampleContext) -> OpCall:
+        kw = tuple((k, ctx.choice(v)) for k, v in choices.items())
+        if style == "module":
+            return OpCall(name=name, style=style, target=name, init_kwargs=kw)
+        return OpCall(name=name, style=style, target=name, kwargs=kw)
+
+    return sample
+
+
+def _softmax_like(name: str, style: str):
+    """Softmax-style ops normalise along one dimension, chosen among the non-batch ones."""
+
+    def sample(ctx: SampleContext) -> OpCall:
+        dim = ctx.rng.randrange(1, ctx.x.rank)
+        if style == "module":
+            return OpCall(name=name, style=style, target=name, init_kwargs=(("dim", dim),))
+        return OpCall(name=name, style=style, target=name, kwargs=(("dim", dim),))
+
+    return sample
+
+
+def _prelu(ctx: SampleContext) -> OpCall:
+    # One slope per channel (dim 1), as convolutional nets use it.
+    return OpCall(name="nn.PReLU", style="module", target="nn.PReLU", init_kwargs=(("num_parameters", ctx.x.shape[1]),))
+
+
+def _glu(name: str, style: str):
+    def sample(ctx: SampleContext) -> OpCall:
+        dims = [d for d in range(1, ctx.x.rank) if ctx.x.shape[d] % 2 == 0]
+        if not dims:
+            raise NotApplicable("GLU needs an even dimension")
+        dim = ctx.choice(dims)
+        if style == "module":
+            return OpCall(name=name, style=style, target=name, init_kwargs=(("dim", dim),))
+        return OpCall(name=name, style=style, target=name, kwargs=(("dim", dim),))
+
+    return sample
+
+
+# Parameter-free activations: (name, style).
+PLAIN = [
+    ("nn.ReLU", "module"),
+    ("nn.Sigmoid", "module"),
+    ("nn.Tanh", "module"),
+    ("nn.GELU", "module"),
+    ("nn.SiLU", "module"),
+    ("nn.Mish", "module"),
+    ("nn.Hardswish", "module"),
+    ("nn.ReLU6", "module"),
+    ("nn.Softsign", "module"),
+    ("torch.relu", "function"),
+    ("torch.sigmoid", "function"),
+    ("torch.tanh", "function"),
+    ("torch.selu", "function"),
+    ("F.gelu", "function"),
+    ("F.silu", "function"),
+    ("F.mish", "function"),
+    ("F.hardswish", "function"),
+    ("F.hardsigmoid", "function"),
+    ("F.relu", "function"),
+    ("F.relu6", "function"),
+    ("F.sigmoid", "function"),
+]
+
+# Activations with hyperparameters: (name, style, {keyword: choices}).
+PARAMETRISED = [
+    ("nn.LeakyReLU", "module", {"negative_slope": (0.01, 0.1, 0.2)}),
+    ("nn.ELU", "module", {"alpha": (0.5, 1.0)}),
+    ("nn.CELU", "module", {"alpha": (0.5, 1.0, 2.0)}),
+    ("nn.Softplus", "module", {"beta": (1.0, 2.0), "threshold": (20.0,)}),
+    ("nn.Hardtanh", "module", {"min_val": (-1.0, -0.5), "max_val": (0.5, 1.0)}),
+    ("nn.Softshrink", "module", {"lambd": (0.1, 0.5)}),
+    ("F.leaky_relu", "function", {"negative_slope": (0.01, 0.1, 0.2)}),
+    ("F.elu", "function", {"alpha": (0.5, 1.0)}),
+    ("F.softplus", "function", {"beta": (1.0, 2.0)}),
+    ("F.hardtanh", "function", {"min_val": (-1.0, -0.5), "max_val": (0.5, 1.0)}),
+]
+
+SOFTMAX = [
+    ("nn.Softmax", "module"),
+    ("nn.LogSoftmax", "module"),
+    ("nn.Softmin", "module"),
+    ("F.softmax", "function"),
+    ("F.log_softmax", "function"),
+    ("F.softmin", "function"),
+    ("torch.softmax", "function"),
+    ("torch.log_softmax", "function"),
+]
+
+ENTRIES = (
+    [OpEntry(name=n, family=FAMILY, sampler=_plain(n, s), ranks=ANY_RANK) for n, s in PLAIN]
+    + [OpEntry(name=n, family=FAMILY, sampler=_with_kwargs(n, s, c), ranks=ANY_RANK) for n, s, c in PARAMETRISED]
+    + [OpEntry(name=n, family=FAMILY, sampler=_softmax_like(n, s), ranks=ANY_RANK) for n, s in SOFTMAX]
+    + [
+        OpEntry(name="nn.PReLU", family=FAMILY, sampler=_prelu, ranks=ANY_RANK),
+        OpEntry(name="nn.GLU", family=FAMILY, sampler=_glu("nn.GLU", "module"), ranks=ANY_RANK),
+    ]
+)

@@ -1,0 +1,159 @@
+"""Composition: sample k distinct operators, choose an input, and chain them with the smallest glue.
+
+Every step is run on the `meta` device as it is chosen, so a composition that comes out of here has a known
+shape at every node; glue (casts, rank changes, domain maps) is recorded as glue, never as an operator.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from operator_catalog.entry import (
+    NotApplicable,
+    Operand,
+    OpCall,
+    OpEntry,
+    SampleContext,
+    TensorSpec,
+    Workload,
+    apply_call,
+    operands_of,
+)
+from operator_catalog.registry import sampleable
+
+
+class CompositionError(Exception):
+    """No valid chain was found for a candidate within the allowed attempts."""
+
+
+@dataclass(frozen=True)
+class GlueNode:
+    """Tensor-method calls that adapt the flowing tensor to the next operator (`x = x.flatten(2)`)."""
+
+    steps: tuple[tuple[str, tuple[Any, ...]], ...]  # (method name, positional args) applied in order
+    why: str  # `rank`, `dtype` or `domain`: what the glue fixes
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        for method, args in self.steps:
+            x = getattr(x, method)(*args)
+        return x
+
+
+@dataclass(frozen=True)
+class OpNode:
+    call: OpCall
+
+
+@dataclass(frozen=True)
+class Composition:
+    """A chain ready to render: the input, the nodes in order, and the output."""
+
+    input: TensorSpec
+    nodes: tuple[OpNode | GlueNode, ...]
+    output: TensorSpec
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(n.call.name for n in self.nodes if isinstance(n, OpNode))
+
+
+def sample_input(rank: int, workload: Workload, rng: random.Random) -> TensorSpec:
+    """A KernelBench-shaped input of the given rank: (B, F), (B, C, L), (B, C, H, W) or (B, C, D, H, W)."""
+    batch = rng.choice(workload.batch_sizes)
+    if rank == 2:
+        shape = [batch, rng.choice(workload.features)]
+    else:
+        extent = rng.choice(workload.spatial[rank])
+        shape = [batch, rng.choice(workload.channels), *([extent] * (rank - 2))]
+    # Keep the input within a quarter of the element budget, so that the chain has room to grow.
+    while math.prod(shape) > workload.max_elements // 4:
+        i = max(range(len(shape)), key=lambda d: shape[d] if d != 1 else 0)
+        shape[i] = max(1, shape[i] // 2)
+    return TensorSpec(tuple(shape))
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def balanced_factors(n: int, parts: int) -> tuple[int, ...]:
+    """Split n into `parts` factors as equal as its divisors allow (64, 3 -> (4, 4, 4); a prime gets 1s)."""
+    dims = []
+    for remaining in range(parts, 1, -1):
+        target = n ** (1 / remaining)
+        d = min(_divisors(n), key=lambda v: (abs(v - target), v))
+        dims.append(d)
+        n //= d
+    return (*dims, n)
+
+
+def glue_for(entry: OpEntry, x: TensorSpec) -> list[GlueNode]:
+    """The smallest glue that makes `x` acceptable to `entry`: a cast, a rank change, a domain map."""
+    glue: list[GlueNode] = []
+    if not x.is_float and not entry.takes_integers:
+        glue.append(GlueNode((("float", ()),), "dtype"))
+    if x.rank not in entry.ranks:
+        target = min(entry.ranks, key=lambda r: (abs(r - x.rank), -r))
+        if target < x.rank:
+            glue.append(GlueNode((("flatten", (target - 1,)),), "rank"))
+        else:
+            factors = balanced_factors(x.shape[-1], target - x.rank + 1)
+            glue.append(GlueNode((("unflatten", (-1, factors)),), "rank"))
+    if entry.domain == "positive":
+        glue.append(GlueNode((("abs", ()), ("add", (1e-3,))), "domain"))
+    elif entry.domain == "unit":
+        glue.append(GlueNode((("clamp", (-0.999, 0.999)),), "domain"))
+    return glue
+
+
+def spec_of(t: torch.Tensor) -> TensorSpec:
+    dtype = str(t.dtype).removeprefix("torch.")
+    return TensorSpec(tuple(t.shape), dtype)
+
+
+def _chain(entries: list[OpEntry], rng: random.Random, workload: Workload) -> Composition:
+    first = entries[0]
+    spec = input_spec = sample_input(rng.choice(first.ranks), workload, rng)
+    nodes: list[OpNode | GlueNode] = []
+    with torch.device("meta"):
+        x = torch.empty(spec.shape)
+        for entry in entries:
+            for glue in glue_for(entry, spec):
+                x = glue.apply(x)
+                nodes.append(glue)
+                spec = spec_of(x)
+            call = entry.sample(SampleContext(spec, rng, workload))
+            operands = {o: torch.empty(o.shape) for o in operands_of(call)}
+            if any(math.prod(o.shape) > workload.max_elements for o in operands):
+                raise NotApplicable(f"{entry.name}: an operand exceeds the element budget")
+            out = apply_call(call, x, operands)
+            if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.numel() == 0:
+                raise NotApplicable(f"{entry.name} produced no chainable tensor")
+            if out.numel() > workload.max_elements:
+                raise NotApplicable(f"{entry.name} output exceeds the element budget")
+            x = out
+            spec = spec_of(x)
+            nodes.append(OpNode(call))
+    return Composition(input=input_spec, nodes=tuple(nodes), output=spec)
+
+
+def compose(seed: int, num_ops: int, workload: Workload, attempts: int) -> Composition:
+    """A chain of `num_ops` distinct torch operators, deterministic in `seed`."""
+    rng = random.Random(seed)
+    pool = sampleable("torch")
+    last_error: Exception | None = None
+    for _ in range(attempts):
+        entries = rng.sample(pool, num_ops)
+        if any(e.terminal for e in entries[:-1]):
+            continue
+        try:
+            return _chain(entries, rng, workload)
+        except (NotApplicable, RuntimeError, ValueError, TypeError, IndexError) as e:
+            last_error = e
+    raise CompositionError(f"no valid chain of {num_ops} ops in {attempts} attempts (last: {last_error})")

@@ -1,0 +1,237 @@
+"""The typed catalog entry and the records a sampler returns.
+
+An entry knows which inputs it accepts and samples one concrete use of itself (an `OpCall`); the same `OpCall`
+is what the code renderer emits and what `apply_call` runs on the meta device, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Domain = Literal["real", "positive", "unit"]
+EntryKind = Literal["torch", "transformers"]
+
+FLOAT_DTYPES = ("float32",)
+
+
+class NotApplicable(Exception):
+    """Raised by a sampler when the operator cannot take the given input (the composer then tries another)."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape and dtype of a tensor flowing through a composed chain."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
+
+
+@dataclass(frozen=True)
+class X:
+    """Placeholder for the tensor flowing through the chain, inside an `OpCall`'s arguments."""
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A small expression of the flowing tensor inside a call (`Expr("{x} > 0")` renders as `x > 0`)."""
+
+    template: str  # Python source with `{x}` where the flowing tensor goes
+
+    def render(self, x_name: str) -> str:
+        return self.template.format(x=x_name)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An extra tensor an operator consumes: a learnable parameter of the Model or an extra forward input."""
+
+    role: Literal["parameter", "input"]
+    shape: tuple[int, ...]
+    hint: str = "weight"  # base of the generated name (`self.weight`, `bias_1`, `y`)
+
+
+@dataclass(frozen=True)
+class Hoisted:
+    """A constructor argument lifted to a module-level constant and passed through `get_init_inputs()`."""
+
+    name: str  # base of the constant's name (`in_channels`); the renderer makes it unique
+    value: Any
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One sampled use of a catalog entry.
+
+    `style` says how it is spelled: `module` builds `target(*init)` in `__init__` and calls it in `forward`;
+    `function` calls `target(*args, **kwargs)`; `binary` writes `args[0] <target> args[1]`.
+    """
+
+    name: str  # the operator name as the released set spells it (goes into `ops`)
+    style: Literal["module", "function", "binary"]
+    target: str  # `nn.Conv2d`, `torch.cumsum`, `F.gelu`, or an operator symbol for `binary`
+    init_args: tuple[Any, ...] = ()  # module constructor positional args: literals or `Hoisted`
+    init_kwargs: tuple[tuple[str, Any], ...] = ()  # module constructor keyword literals
+    args: tuple[Any, ...] = (X(),)  # call positional args: `X()`, `Operand`, `Expr`, literals, lists
+    kwargs: tuple[tuple[str, Any], ...] = ()  # call keyword literals
+    output_index: int | None = None  # select one element of a tuple result (`torch.max(x, dim=1)[0]`)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Size scale of generated tasks: tiny for CPU and CI, gpu for the paper's shapes."""
+
+    name: str
+    batch_sizes: tuple[int, ...]  # batch dimension choices
+    channels: tuple[int, ...]  # channel / feature-group choices
+    features: tuple[int, ...]  # last-dimension sizes of rank-2 and rank-3 inputs
+    spatial: dict[int, tuple[int, ...]]  # per input rank, spatial extent choices (rank 3: length, 4: H=W, 5: D)
+    max_elements: int  # no tensor of a chain may hold more elements than this
+    runtime_window_ms: tuple[float, float]  # eager time window of the runtime filter
+    timeout_s: float  # per-candidate wall-clock limit of the execution worker
+
+
+@dataclass
+class SampleContext:
+    """What a sampler sees: the incoming tensor, a seeded RNG and the workload's size scale."""
+
+    x: TensorSpec
+    rng: random.Random
+    workload: Workload
+
+    def choice(self, options):
+        return self.rng.choice(list(options))
+
+    def out_channels(self) -> int:
+        return self.choice(self.workload.channels)
+
+
+Sampler = Callable[[SampleContext], OpCall]
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    """One operator of the catalog."""
+
+    name: str  # spelling in the released set's `ops` lists (`nn.Conv2d`, `torch.cumsum`, `F.gelu`, `add`)
+    family: str  # catalog module that defines it (activations, convolution, ...)
+    sampler: Sampler  # samples one concrete use for a given input; raises NotApplicable when it cannot
+    ranks: tuple[int, ...]  # input ranks it accepts; the composer inserts glue to reach one
+    domain: Domain = "real"  # values it is defined on; the composer maps other inputs into it with glue
+    terminal: bool = False  # may only end a chain (its output is not a float tensor worth chaining)
+    takes_integers: bool = False  # accepts integer / bool inputs without a cast
+    kind: EntryKind = "torch"  # torch operator or a standalone transformers module
+    excluded: str | None = None  # why the entry is never sampled, or None
+    notes: str = field(default="", compare=False)  # why it is sampled the way it is
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.family:
+            raise ValueError("an OpEntry needs a name and a family")
+        if not self.ranks or any(r < 0 or r > 5 for r in self.ranks):
+            raise ValueError(f"{self.name}: ranks must be a non-empty subset of 0..5, got {self.ranks}")
+        if self.domain not in ("real", "positive", "unit"):
+            raise ValueError(f"{self.name}: unknown domain {self.domain!r}")
+        if not callable(self.sampler):
+            raise ValueError(f"{self.name}: sampler must be callable")
+
+    def sample(self, ctx: SampleContext) -> OpCall:
+        if ctx.x.rank not in self.ranks:
+            raise NotApplicable(f"{self.name} takes rank {self.ranks}, got {ctx.x.rank}")
+        call = self.sampler(ctx)
+        if call.name != self.name:
+            raise ValueError(f"sampler of {self.name} returned a call named {call.name}")
+        return call
+
+
+# The names generated code may use, and the objects they stand for when a call is applied directly.
+NAMESPACE: dict[str, Any] = {"torch": torch, "nn": nn, "F": F}
+BINARY_OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+}
+
+
+def resolve(target: str) -> Any:
+    """`nn.Conv2d` -> the class, `torch.cumsum` -> the function."""
+    head, _, rest = target.partition(".")
+    obj = NAMESPACE[head]
+    for part in rest.split(".") if rest else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+def literal(value: Any) -> Any:
+    return value.value if isinstance(value, Hoisted) else value
+
+
+def build_module(call: OpCall) -> nn.Module:
+    """Instantiate a `module`-style call (on whatever default device is active)."""
+    cls = resolve(call.target)
+    return cls(*(literal(a) for a in call.init_args), **dict(call.init_kwargs))
+
+
+def apply_call(call: OpCall, x: torch.Tensor, operands: dict[Operand, torch.Tensor]) -> torch.Tensor:
+    """Run one call on `x`; operand tensors are looked up by their `Operand` record."""
+
+    def bind(value: Any) -> Any:
+        if isinstance(value, X):
+            return x
+        if isinstance(value, Operand):
+            return operands[value]
+        if isinstance(value, Expr):
+            return eval(value.render("x"), {**NAMESPACE, "x": x})
+        if isinstance(value, list):
+            return [bind(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(bind(v) for v in value)
+        return value
+
+    args = [bind(a) for a in call.args]
+    kwargs = {k: bind(v) for k, v in call.kwargs}
+    if call.style == "module":
+        out = build_module(call)(*args, **kwargs)
+    elif call.style == "function":
+        out = resolve(call.target)(*args, **kwargs)
+    else:
+        out = BINARY_OPERATORS[call.target](*args)
+    if call.output_index is not None:
+        out = out[call.output_index]
+    return out
+
+
+def operands_of(call: OpCall) -> list[Operand]:
+    """Every `Operand` in a call's arguments, in order of appearance."""
+    found: list[Operand] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Operand):
+            found.append(value)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                walk(v)
+
+    walk(call.args)
+    walk(tuple(v for _, v in call.kwargs))
+    return found

@@ -1,0 +1,82 @@
+"""Every constant of the pipeline in one place: workloads, the released set's mixture, thresholds, versions.
+
+Commands and stages read these; nothing else in the project hard-codes a size, share or tolerance.
+"""
+
+from __future__ import annotations
+
+from operator_catalog.entry import Workload
+
+VERSION = "0.1.0"
+
+# The released CUDA-Agent-Ops-6K mixture (paper Table 3, confirmed on the data), in percent.
+OPS6K_MIXTURE: dict[str, float] = {
+    "torch#1": 3.40,
+    "torch#2": 83.77,
+    "torch#3": 7.62,
+    "torch#4": 2.80,
+    "torch#5": 1.23,
+    "transformers": 1.18,
+}
+DATA_SOURCES = tuple(OPS6K_MIXTURE)
+MIXTURE_ALIASES = {f"torch{k}": f"torch#{k}" for k in range(1, 6)} | {"transformers": "transformers"}
+
+PRESETS: dict[str, dict] = {
+    "ops6k": {"num_samples": 6000, "mixture": OPS6K_MIXTURE},
+    "ops60k": {"num_samples": 60000, "mixture": OPS6K_MIXTURE},
+    "ops600k": {"num_samples": 600000, "mixture": OPS6K_MIXTURE},
+}
+DEFAULT_PRESET = "ops6k"
+
+WORKLOADS: dict[str, Workload] = {
+    # Small shapes and a CPU-sized window: the whole pipeline runs on a laptop or in CI in seconds.
+    "tiny": Workload(
+        name="tiny",
+        batch_sizes=(2, 4, 8),
+        channels=(4, 8, 16),
+        features=(16, 32, 64),
+        spatial={3: (16, 32, 64), 4: (8, 16, 24), 5: (4, 6, 8)},
+        max_elements=1 << 18,
+        runtime_window_ms=(0.005, 50.0),
+        timeout_s=60.0,
+    ),
+    # The paper's scale: large batches and extents (the released set's median input holds 3.1e7 fp32
+    # elements); the 1-100 ms window is measured on the GPU that generates the data.
+    "gpu": Workload(
+        name="gpu",
+        batch_sizes=(64, 128, 256, 512),
+        channels=(16, 32, 64, 128),
+        features=(512, 1024, 2048, 4096),
+        spatial={3: (512, 1024, 2048), 4: (64, 128, 256), 5: (16, 32, 48)},
+        max_elements=1 << 29,
+        runtime_window_ms=(1.0, 100.0),
+        timeout_s=120.0,
+    ),
+}
+
+# The agent's verification tolerance (torch.testing.assert_close) and its number of input draws.
+VERIFY_ATOL = 1e-2
+VERIFY_RTOL = 1e-2
+NUM_DRAWS = 5
+
+# Timing: the paper's 5 warm-ups and 10 timed iterations on the GPU; fewer on the CPU workload.
+TIMING = {"cuda": (5, 10), "cpu": (2, 5)}
+
+# Decontamination: MinHash over token 3-grams of the normalized Model class.
+MINHASH_PERMUTATIONS = 128
+MINHASH_SHINGLE = 3
+MINHASH_SEED = 1
+# A task whose Model class has this estimated Jaccard with a KernelBench Model class is a near-duplicate.
+KERNELBENCH_JACCARD_THRESHOLD = 0.8
+
+# Composition.
+MAX_OPS = 5
+COMPOSE_ATTEMPTS = 64  # tries at one candidate's chain before it is dropped as a shape_error
+
+# Rounds: how many candidates to make per missing row before the acceptance rate is known, and the cap.
+INITIAL_OVERSAMPLING = 2.0
+MAX_ROUNDS = 12
+
+# Output shards.
+MAX_ROWS_PER_SHARD = 10_000
+ROW_GROUP_ROWS = 1_000
