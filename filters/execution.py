@@ -32,7 +32,13 @@ from filters.reasons import (
 )
 from filters.task_loading import TaskLoadError, load_task
 
-CUDA_FATAL_MARKERS = ("CUDA error", "device-side assert", "illegal memory access", "CUBLAS_STATUS", "cuDNN error")
+CUDA_FATAL_MARKERS = (
+    "CUDA error",
+    "device-side assert",
+    "illegal memory access",
+    "CUBLAS_STATUS",
+    "cuDNN error",
+)
 
 
 @dataclass(frozen=True)
@@ -220,4 +226,3 @@ def verdict_from_wire(d: dict) -> Verdict:
 def is_fatal_cuda_error(v: Verdict) -> bool:
     """A CUDA error poisons the worker's context: the pool replaces the worker after such a verdict."""
     return v.reason == RUNTIME_ERROR and any(m in v.detail for m in CUDA_FATAL_MARKERS)
-

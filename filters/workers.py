@@ -6,6 +6,7 @@ task is lost, as a `crash`, `timeout` or `runtime_error` verdict, like a dead-le
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -14,7 +15,13 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from filters.execution import ExecutionConfig, is_fatal_cuda_error, run_checks, verdict_from_wire, verdict_to_wire
+from filters.execution import (
+    ExecutionConfig,
+    is_fatal_cuda_error,
+    run_checks,
+    verdict_from_wire,
+    verdict_to_wire,
+)
 from filters.reasons import CRASH, RUNTIME_ERROR, TIMEOUT, Verdict, one_line
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and creating a CUDA context, once per worker
@@ -131,8 +138,10 @@ class WorkerPool:
             busy = [w for w in self._workers if w.job_index is not None or not w.ready]
             if not busy:
                 continue
-            wait([w.parent for w in busy] + [w.process.sentinel for w in busy],
-                 timeout=max(0.0, min(w.deadline for w in busy) - time.monotonic()))
+            wait(
+                [w.parent for w in busy] + [w.process.sentinel for w in busy],
+                timeout=max(0.0, min(w.deadline for w in busy) - time.monotonic()),
+            )
             now = time.monotonic()
             for slot, w in enumerate(self._workers):
                 self._collect(slot, w, results, now)
@@ -170,10 +179,8 @@ class WorkerPool:
 
     def close(self) -> None:
         for w in self._workers:
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError):
                 w.parent.send(None)
-            except (BrokenPipeError, OSError):
-                pass
         for w in self._workers:
             w.process.join(timeout=5)
             w.kill()

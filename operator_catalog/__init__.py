@@ -1,6 +1,14 @@
 """Typed catalog of the operators opsynth composes into tasks, one module per family."""
 
-from operator_catalog.entry import NotApplicable, Operand, OpCall, OpEntry, SampleContext, TensorSpec, Workload
+from operator_catalog.entry import (
+    NotApplicable,
+    OpCall,
+    OpEntry,
+    Operand,
+    SampleContext,
+    TensorSpec,
+    Workload,
+)
 from operator_catalog.registry import all_entries, catalog_version, get, sampleable
 
 __all__ = [

@@ -5,7 +5,7 @@ Operators defined on part of the real line carry a `domain`; the composer maps t
 
 from __future__ import annotations
 
-from operator_catalog.entry import Expr, Operand, OpCall, OpEntry, SampleContext, X
+from operator_catalog.entry import Expr, OpCall, OpEntry, Operand, SampleContext, X
 
 FAMILY = "arithmetic"
 ANY_RANK = (2, 3, 4, 5)
@@ -112,13 +112,23 @@ def _modulo(name: str):
 def _clamp(name: str):
     def sample(ctx: SampleContext) -> OpCall:
         low = ctx.choice((-1.0, -0.5, 0.0))
-        return OpCall(name=name, style="function", target=name, kwargs=(("min", low), ("max", low + ctx.choice((1.0, 2.0)))))
+        return OpCall(
+            name=name,
+            style="function",
+            target=name,
+            kwargs=(("min", low), ("max", low + ctx.choice((1.0, 2.0)))),
+        )
 
     return sample
 
 
 def _clamp_min(ctx: SampleContext) -> OpCall:
-    return OpCall(name="torch.clamp_min", style="function", target="torch.clamp_min", args=(X(), ctx.choice((-0.5, 0.0, 0.1))))
+    return OpCall(
+        name="torch.clamp_min",
+        style="function",
+        target="torch.clamp_min",
+        args=(X(), ctx.choice((-0.5, 0.0, 0.1))),
+    )
 
 
 def _pow(ctx: SampleContext) -> OpCall:
@@ -128,18 +138,29 @@ def _pow(ctx: SampleContext) -> OpCall:
 def _addcmul(ctx: SampleContext) -> OpCall:
     a, b = _broadcast_operand(ctx, "scale"), _broadcast_operand(ctx, "gain")
     return OpCall(
-        name="torch.addcmul", style="function", target="torch.addcmul", args=(X(), a, b), kwargs=(("value", 0.5),)
+        name="torch.addcmul",
+        style="function",
+        target="torch.addcmul",
+        args=(X(), a, b),
+        kwargs=(("value", 0.5),),
     )
 
 
 def _where(ctx: SampleContext) -> OpCall:
     # A leaky gate: keeps positive values, scales the rest; the condition is computed from x itself.
-    return OpCall(name="torch.where", style="function", target="torch.where", args=(Expr("{x} > 0"), X(), Expr("{x} * 0.1")))
+    return OpCall(
+        name="torch.where",
+        style="function",
+        target="torch.where",
+        args=(Expr("{x} > 0"), X(), Expr("{x} * 0.1")),
+    )
 
 
 def _nan_to_num(ctx: SampleContext) -> OpCall:
     return OpCall(
-        name="torch.nan_to_num", style="function", target="torch.nan_to_num",
+        name="torch.nan_to_num",
+        style="function",
+        target="torch.nan_to_num",
         kwargs=(("nan", 0.0), ("posinf", 1.0), ("neginf", -1.0)),
     )
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from operator_catalog.compose import Composition, GlueNode, OpNode
-from operator_catalog.entry import Expr, Hoisted, Operand, OpCall, TensorSpec, X, operands_of
+from operator_catalog.entry import Expr, Hoisted, OpCall, Operand, TensorSpec, X, operands_of
 
 # Input dimension names by rank, as KernelBench spells them.
 DIM_NAMES = {
@@ -160,5 +160,5 @@ def render(comp: Composition) -> RenderedTask:
     lines += [f"    return [{', '.join(em.forward_params)}]", "", ""]
     lines += ["def get_init_inputs():", f"    return [{', '.join(em.init_params)}]", ""]
 
-    shapes = (comp.input,) + tuple(TensorSpec(shape) for _, shape in em.extra_inputs)
+    shapes = (comp.input, *tuple(TensorSpec(shape) for _, shape in em.extra_inputs))
     return RenderedTask("\n".join(lines), ops, tuple(em.init_values), shapes)

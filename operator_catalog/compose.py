@@ -15,7 +15,6 @@ import torch
 
 from operator_catalog.entry import (
     NotApplicable,
-    Operand,
     OpCall,
     OpEntry,
     SampleContext,
@@ -117,7 +116,7 @@ def spec_of(t: torch.Tensor) -> TensorSpec:
     return TensorSpec(tuple(t.shape), dtype)
 
 
-def _chain(entries: list[OpEntry], rng: random.Random, workload: Workload) -> Composition:
+def chain(entries: list[OpEntry], rng: random.Random, workload: Workload) -> Composition:
     first = entries[0]
     spec = input_spec = sample_input(rng.choice(first.ranks), workload, rng)
     nodes: list[OpNode | GlueNode] = []
@@ -153,7 +152,7 @@ def compose(seed: int, num_ops: int, workload: Workload, attempts: int) -> Compo
         if any(e.terminal for e in entries[:-1]):
             continue
         try:
-            return _chain(entries, rng, workload)
+            return chain(entries, rng, workload)
         except (NotApplicable, RuntimeError, ValueError, TypeError, IndexError) as e:
             last_error = e
     raise CompositionError(f"no valid chain of {num_ops} ops in {attempts} attempts (last: {last_error})")

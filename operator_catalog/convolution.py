@@ -25,7 +25,9 @@ def _conv(name: str, spatial_dims: int, transposed: bool):
         if transposed and stride > 1 and ctx.rng.random() < 0.5:
             kwargs.append(("output_padding", 1))
         return OpCall(
-            name=name, style="module", target=name,
+            name=name,
+            style="module",
+            target=name,
             init_args=(
                 Hoisted("in_channels", ctx.x.shape[1]),
                 Hoisted("out_channels", ctx.out_channels()),
@@ -38,7 +40,12 @@ def _conv(name: str, spatial_dims: int, transposed: bool):
 
 
 ENTRIES = [
-    OpEntry(name=f"nn.{kind}{d}d", family=FAMILY, sampler=_conv(f"nn.{kind}{d}d", d, kind.startswith("ConvT")), ranks=(d + 2,))
+    OpEntry(
+        name=f"nn.{kind}{d}d",
+        family=FAMILY,
+        sampler=_conv(f"nn.{kind}{d}d", d, kind.startswith("ConvT")),
+        ranks=(d + 2,),
+    )
     for kind in ("Conv", "ConvTranspose")
     for d in (1, 2, 3)
 ]

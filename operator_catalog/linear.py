@@ -6,7 +6,7 @@ products an extra forward input, as KernelBench's matmul tasks take it.
 
 from __future__ import annotations
 
-from operator_catalog.entry import Hoisted, Operand, OpCall, OpEntry, SampleContext, X
+from operator_catalog.entry import Hoisted, OpCall, OpEntry, Operand, SampleContext, X
 
 FAMILY = "linear"
 
@@ -17,7 +17,9 @@ def _features(ctx: SampleContext) -> int:
 
 def _linear(ctx: SampleContext) -> OpCall:
     return OpCall(
-        name="nn.Linear", style="module", target="nn.Linear",
+        name="nn.Linear",
+        style="module",
+        target="nn.Linear",
         init_args=(Hoisted("in_features", ctx.x.shape[-1]), Hoisted("out_features", _features(ctx))),
     )
 
@@ -25,8 +27,14 @@ def _linear(ctx: SampleContext) -> OpCall:
 def _f_linear(ctx: SampleContext) -> OpCall:
     out = _features(ctx)
     return OpCall(
-        name="F.linear", style="function", target="F.linear",
-        args=(X(), Operand("parameter", (out, ctx.x.shape[-1]), "weight"), Operand("parameter", (out,), "bias")),
+        name="F.linear",
+        style="function",
+        target="F.linear",
+        args=(
+            X(),
+            Operand("parameter", (out, ctx.x.shape[-1]), "weight"),
+            Operand("parameter", (out,), "bias"),
+        ),
     )
 
 
@@ -35,7 +43,9 @@ def _right_weight(name: str):
 
     def sample(ctx: SampleContext) -> OpCall:
         return OpCall(
-            name=name, style="function", target=name,
+            name=name,
+            style="function",
+            target=name,
             args=(X(), Operand("parameter", (ctx.x.shape[-1], _features(ctx)), "weight")),
         )
 
@@ -45,21 +55,30 @@ def _right_weight(name: str):
 def _addmm(ctx: SampleContext) -> OpCall:
     n = _features(ctx)
     return OpCall(
-        name="torch.addmm", style="function", target="torch.addmm",
+        name="torch.addmm",
+        style="function",
+        target="torch.addmm",
         args=(Operand("parameter", (n,), "bias"), X(), Operand("parameter", (ctx.x.shape[-1], n), "weight")),
     )
 
 
 def _bmm(ctx: SampleContext) -> OpCall:
     b, _, k = ctx.x.shape
-    return OpCall(name="torch.bmm", style="function", target="torch.bmm", args=(X(), Operand("input", (b, k, _features(ctx)), "y")))
+    return OpCall(
+        name="torch.bmm",
+        style="function",
+        target="torch.bmm",
+        args=(X(), Operand("input", (b, k, _features(ctx)), "y")),
+    )
 
 
 def _baddbmm(ctx: SampleContext) -> OpCall:
     b, m, k = ctx.x.shape
     n = _features(ctx)
     return OpCall(
-        name="torch.baddbmm", style="function", target="torch.baddbmm",
+        name="torch.baddbmm",
+        style="function",
+        target="torch.baddbmm",
         args=(Operand("parameter", (m, n), "bias"), X(), Operand("input", (b, k, n), "y")),
         kwargs=(("beta", 0.5), ("alpha", 1.0)),
     )
@@ -70,7 +89,9 @@ def _einsum(ctx: SampleContext) -> OpCall:
     letters = "bcdhw"[: ctx.x.rank - 1]
     spec = f"{letters}k,kn->{letters}n"
     return OpCall(
-        name="torch.einsum", style="function", target="torch.einsum",
+        name="torch.einsum",
+        style="function",
+        target="torch.einsum",
         args=(spec, X(), Operand("parameter", (ctx.x.shape[-1], _features(ctx)), "weight")),
     )
 

@@ -5,7 +5,7 @@ Channel-wise norms read the channel count from dim 1 of their input; last-dimens
 
 from __future__ import annotations
 
-from operator_catalog.entry import Hoisted, NotApplicable, Operand, OpCall, OpEntry, SampleContext, X
+from operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X
 
 FAMILY = "normalization"
 
@@ -16,7 +16,10 @@ def _channel_norm(name: str):
     def sample(ctx: SampleContext) -> OpCall:
         kwargs = (("affine", True),) if "Instance" in name else ()
         return OpCall(
-            name=name, style="module", target=name, init_args=(Hoisted("num_features", ctx.x.shape[1]),),
+            name=name,
+            style="module",
+            target=name,
+            init_args=(Hoisted("num_features", ctx.x.shape[1]),),
             init_kwargs=kwargs,
         )
 
@@ -33,13 +36,17 @@ def _groups(channels: int, ctx: SampleContext) -> int:
 def _group_norm(ctx: SampleContext) -> OpCall:
     channels = ctx.x.shape[1]
     return OpCall(
-        name="nn.GroupNorm", style="module", target="nn.GroupNorm",
+        name="nn.GroupNorm",
+        style="module",
+        target="nn.GroupNorm",
         init_args=(Hoisted("num_groups", _groups(channels, ctx)), Hoisted("num_channels", channels)),
     )
 
 
 def _f_group_norm(ctx: SampleContext) -> OpCall:
-    return OpCall(name="F.group_norm", style="function", target="F.group_norm", args=(X(), _groups(ctx.x.shape[1], ctx)))
+    return OpCall(
+        name="F.group_norm", style="function", target="F.group_norm", args=(X(), _groups(ctx.x.shape[1], ctx))
+    )
 
 
 def _last_dim_norm(name: str):
@@ -52,21 +59,33 @@ def _last_dim_norm(name: str):
 def _f_layer_norm(ctx: SampleContext) -> OpCall:
     size = ctx.x.shape[-1]
     return OpCall(
-        name="F.layer_norm", style="function", target="F.layer_norm",
-        args=(X(), (size,), Operand("parameter", (size,), "ln_weight"), Operand("parameter", (size,), "ln_bias")),
+        name="F.layer_norm",
+        style="function",
+        target="F.layer_norm",
+        args=(
+            X(),
+            (size,),
+            Operand("parameter", (size,), "ln_weight"),
+            Operand("parameter", (size,), "ln_bias"),
+        ),
     )
 
 
 def _normalize(ctx: SampleContext) -> OpCall:
     return OpCall(
-        name="F.normalize", style="function", target="F.normalize",
+        name="F.normalize",
+        style="function",
+        target="F.normalize",
         kwargs=(("p", 2.0), ("dim", ctx.rng.randrange(1, ctx.x.rank))),
     )
 
 
 def _local_response_norm(ctx: SampleContext) -> OpCall:
     return OpCall(
-        name="nn.LocalResponseNorm", style="module", target="nn.LocalResponseNorm", init_args=(ctx.choice((2, 3, 5)),)
+        name="nn.LocalResponseNorm",
+        style="module",
+        target="nn.LocalResponseNorm",
+        init_args=(ctx.choice((2, 3, 5)),),
     )
 
 

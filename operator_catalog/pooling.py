@@ -36,14 +36,49 @@ def _adaptive(name: str, style: str):
 
 
 ENTRIES = [
-    *(OpEntry(name=f"nn.{k}Pool{d}d", family=FAMILY, sampler=_pool(f"nn.{k}Pool{d}d", "module"), ranks=(d + 2,))
-      for k in ("Max", "Avg") for d in (1, 2, 3)),
-    *(OpEntry(name=f"F.{k}_pool{d}d", family=FAMILY, sampler=_pool(f"F.{k}_pool{d}d", "function"), ranks=(d + 2,))
-      for k in ("max", "avg") for d in (2, 3)),
-    *(OpEntry(name=f"nn.AdaptiveAvgPool{d}d", family=FAMILY, sampler=_adaptive(f"nn.AdaptiveAvgPool{d}d", "module"),
-              ranks=(d + 2,)) for d in (1, 2, 3)),
-    *(OpEntry(name=f"nn.AdaptiveMaxPool{d}d", family=FAMILY, sampler=_adaptive(f"nn.AdaptiveMaxPool{d}d", "module"),
-              ranks=(d + 2,)) for d in (1, 3)),
-    OpEntry(name="F.adaptive_avg_pool2d", family=FAMILY, sampler=_adaptive("F.adaptive_avg_pool2d", "function"), ranks=(4,)),
-    OpEntry(name="F.adaptive_avg_pool3d", family=FAMILY, sampler=_adaptive("F.adaptive_avg_pool3d", "function"), ranks=(5,)),
+    *(
+        OpEntry(name=f"nn.{k}Pool{d}d", family=FAMILY, sampler=_pool(f"nn.{k}Pool{d}d", "module"), ranks=(d + 2,))
+        for k in ("Max", "Avg")
+        for d in (1, 2, 3)
+    ),
+    *(
+        OpEntry(
+            name=f"F.{k}_pool{d}d",
+            family=FAMILY,
+            sampler=_pool(f"F.{k}_pool{d}d", "function"),
+            ranks=(d + 2,),
+        )
+        for k in ("max", "avg")
+        for d in (2, 3)
+    ),
+    *(
+        OpEntry(
+            name=f"nn.AdaptiveAvgPool{d}d",
+            family=FAMILY,
+            sampler=_adaptive(f"nn.AdaptiveAvgPool{d}d", "module"),
+            ranks=(d + 2,),
+        )
+        for d in (1, 2, 3)
+    ),
+    *(
+        OpEntry(
+            name=f"nn.AdaptiveMaxPool{d}d",
+            family=FAMILY,
+            sampler=_adaptive(f"nn.AdaptiveMaxPool{d}d", "module"),
+            ranks=(d + 2,),
+        )
+        for d in (1, 3)
+    ),
+    OpEntry(
+        name="F.adaptive_avg_pool2d",
+        family=FAMILY,
+        sampler=_adaptive("F.adaptive_avg_pool2d", "function"),
+        ranks=(4,),
+    ),
+    OpEntry(
+        name="F.adaptive_avg_pool3d",
+        family=FAMILY,
+        sampler=_adaptive("F.adaptive_avg_pool3d", "function"),
+        ranks=(5,),
+    ),
 ]

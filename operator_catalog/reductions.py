@@ -22,7 +22,10 @@ def _reduce(name: str, keepdim: bool = True, values_of_tuple: bool = False, extr
         if keepdim:
             kwargs.append(("keepdim", ctx.rng.random() < 0.5))
         return OpCall(
-            name=name, style="function", target=name, kwargs=tuple(kwargs) + extra,
+            name=name,
+            style="function",
+            target=name,
+            kwargs=tuple(kwargs) + extra,
             output_index=0 if values_of_tuple else None,
         )
 

@@ -8,11 +8,30 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 
-from operator_catalog import activations, arithmetic, convolution, linear, normalization, pooling, reductions, scans
-from operator_catalog import shape_ops
+from operator_catalog import (
+    activations,
+    arithmetic,
+    convolution,
+    linear,
+    normalization,
+    pooling,
+    reductions,
+    scans,
+    shape_ops,
+)
 from operator_catalog.entry import OpEntry
 
-FAMILIES = (activations, arithmetic, normalization, convolution, linear, pooling, reductions, scans, shape_ops)
+FAMILIES = (
+    activations,
+    arithmetic,
+    normalization,
+    convolution,
+    linear,
+    pooling,
+    reductions,
+    scans,
+    shape_ops,
+)
 
 
 class UnknownOperator(KeyError):

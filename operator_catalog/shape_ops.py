@@ -5,7 +5,7 @@ They move or replicate data without arithmetic; samplers keep every result withi
 
 from __future__ import annotations
 
-from operator_catalog.entry import Hoisted, NotApplicable, Operand, OpCall, OpEntry, SampleContext, X
+from operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X
 
 FAMILY = "shape_ops"
 RANKS = (2, 3, 4, 5)
@@ -53,7 +53,10 @@ def _join(name: str):
     def sample(ctx: SampleContext) -> OpCall:
         dim = _dim(ctx)
         return OpCall(
-            name=name, style="function", target=name, args=([X(), Operand("input", ctx.x.shape, "y")],),
+            name=name,
+            style="function",
+            target=name,
+            args=([X(), Operand("input", ctx.x.shape, "y")],),
             kwargs=(("dim", dim),),
         )
 
@@ -68,12 +71,19 @@ def _pixel_shuffle(ctx: SampleContext) -> OpCall:
     factors = [r for r in (2, 3) if ctx.x.shape[1] % (r * r) == 0]
     if not factors:
         raise NotApplicable("PixelShuffle needs channels divisible by r^2")
-    return OpCall(name="nn.PixelShuffle", style="module", target="nn.PixelShuffle", init_args=(Hoisted("upscale_factor", ctx.choice(factors)),))
+    return OpCall(
+        name="nn.PixelShuffle",
+        style="module",
+        target="nn.PixelShuffle",
+        init_args=(Hoisted("upscale_factor", ctx.choice(factors)),),
+    )
 
 
 def _resample(name: str, style: str):
     def sample(ctx: SampleContext) -> OpCall:
-        mode = ctx.choice({3: ("nearest", "linear"), 4: ("nearest", "bilinear"), 5: ("nearest", "trilinear")}[ctx.x.rank])
+        mode = ctx.choice(
+            {3: ("nearest", "linear"), 4: ("nearest", "bilinear"), 5: ("nearest", "trilinear")}[ctx.x.rank]
+        )
         kwargs = (("scale_factor", 2.0), ("mode", mode))
         if style == "module":
             return OpCall(name=name, style="module", target=name, init_kwargs=kwargs)
@@ -99,11 +109,21 @@ def _pad2d(name: str, with_value: bool = False):
 
 
 def _rot90(ctx: SampleContext) -> OpCall:
-    return OpCall(name="torch.rot90", style="function", target="torch.rot90", kwargs=(("k", ctx.choice((1, 2, 3))), ("dims", [ctx.x.rank - 2, ctx.x.rank - 1])))
+    return OpCall(
+        name="torch.rot90",
+        style="function",
+        target="torch.rot90",
+        kwargs=(("k", ctx.choice((1, 2, 3))), ("dims", [ctx.x.rank - 2, ctx.x.rank - 1])),
+    )
 
 
 def _repeat_interleave(ctx: SampleContext) -> OpCall:
-    return OpCall(name="torch.repeat_interleave", style="function", target="torch.repeat_interleave", kwargs=(("repeats", 2), ("dim", _dim(ctx))))
+    return OpCall(
+        name="torch.repeat_interleave",
+        style="function",
+        target="torch.repeat_interleave",
+        kwargs=(("repeats", 2), ("dim", _dim(ctx))),
+    )
 
 
 def _unfold(name: str, style: str):
@@ -134,7 +154,12 @@ ENTRIES = [
     OpEntry(name="F.pad", family=FAMILY, sampler=_f_pad, ranks=RANKS),
     OpEntry(name="nn.ReflectionPad2d", family=FAMILY, sampler=_pad2d("nn.ReflectionPad2d"), ranks=(4,)),
     OpEntry(name="nn.ZeroPad2d", family=FAMILY, sampler=_pad2d("nn.ZeroPad2d"), ranks=(4,)),
-    OpEntry(name="nn.ConstantPad2d", family=FAMILY, sampler=_pad2d("nn.ConstantPad2d", with_value=True), ranks=(4,)),
+    OpEntry(
+        name="nn.ConstantPad2d",
+        family=FAMILY,
+        sampler=_pad2d("nn.ConstantPad2d", with_value=True),
+        ranks=(4,),
+    ),
     OpEntry(name="torch.rot90", family=FAMILY, sampler=_rot90, ranks=(3, 4, 5)),
     OpEntry(name="torch.repeat_interleave", family=FAMILY, sampler=_repeat_interleave, ranks=RANKS),
     OpEntry(name="nn.Unfold", family=FAMILY, sampler=_unfold("nn.Unfold", "module"), ranks=(4,)),

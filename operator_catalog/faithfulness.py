@@ -1,0 +1,84 @@
+"""Which operators a task's `forward` applies, read from its AST, in execution order.
+
+It is the check that `ops` lists exactly the operators in the code: calls of `torch.*` / `F.*` and of
+`self.<module>` (resolved through `__init__` to `nn.X`), and arithmetic at the top of a statement.
+Tensor-method glue (`x.flatten(1)`) is not an operator.
+"""
+
+from __future__ import annotations
+
+import ast
+
+SYMBOL_OF = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+BINOP_SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _module_types(cls: ast.ClassDef) -> dict[str, str]:
+    """`self.conv = nn.Conv2d(...)` in `__init__` -> {"conv": "nn.Conv2d"}."""
+    types = {}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            name = _dotted(node.value.func)
+            for target in node.targets:
+                attr = _dotted(target)
+                if name and attr and attr.startswith("self."):
+                    types[attr.removeprefix("self.")] = name
+    return types
+
+
+def ops_in_forward(source: str) -> list[str]:
+    tree = ast.parse(source)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    forward = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    modules = _module_types(cls)
+    found: list[str] = []
+
+    def calls(node: ast.AST) -> None:
+        if isinstance(node, ast.Call):
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                calls(arg)
+            name = _dotted(node.func) or ""
+            if name.startswith(("torch.", "F.")):
+                found.append(name)
+            elif name.startswith("self.") and name.removeprefix("self.") in modules:
+                found.append(modules[name.removeprefix("self.")])
+            elif isinstance(node.func, ast.Attribute):
+                calls(node.func.value)
+        elif isinstance(node, ast.Subscript):
+            calls(node.value)
+        elif isinstance(node, list | tuple):
+            for item in node:
+                calls(item)
+        elif isinstance(node, ast.List | ast.Tuple):
+            calls(node.elts)
+
+    for stmt in forward.body:
+        value = getattr(stmt, "value", None)
+        if value is None:
+            continue
+        if isinstance(value, ast.BinOp) and type(value.op) in BINOP_SYMBOL:
+            calls(value.left)
+            calls(value.right)
+            found.append(BINOP_SYMBOL[type(value.op)])
+        else:
+            calls(value)
+    return found
+
+
+def ops_faithful(source: str, ops: list[str] | tuple[str, ...]) -> bool:
+    """True when `ops` names exactly the operators `forward` applies, in order (`add` is `+`, ...)."""
+    try:
+        return [SYMBOL_OF.get(o, o) for o in ops] == ops_in_forward(source)
+    except (SyntaxError, StopIteration):
+        return False

@@ -1,0 +1,78 @@
+"""`stats.json`: the run's config, versions, device, the funnel per stage and reason, and timings.
+
+Names are fixed so that tools can read them across runs: `counts.candidates`, `counts.rows`,
+`funnel[stage].{in,kept,dropped}`, `dropped_by_reason`.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections import Counter
+
+from filters.reasons import REASONS
+from pipeline.config import OPS6K_MIXTURE
+from pipeline.options import GenerateOptions
+from pipeline.records import Candidate, Rejection
+
+STAGES = ("compose", "shape_check", "decontaminate", "dedup", "execute")
+
+
+def _versions(generator_version: str) -> dict:
+    import apache_beam
+    import torch
+
+    return {
+        "opsynth": generator_version,
+        "torch": torch.__version__,
+        "apache_beam": apache_beam.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def build_stats(
+    *,
+    options: GenerateOptions,
+    quota: dict[str, int],
+    selected: list[Candidate],
+    accepted_total: int,
+    rejections: list[Rejection],
+    rounds: list[dict],
+    wall_s: float,
+    device: str,
+    generator_version: str,
+) -> dict:
+    candidates = accepted_total + len(rejections)
+    by_stage: dict[str, Counter] = {s: Counter() for s in STAGES}
+    for r in rejections:
+        by_stage[r.stage][r.reason] += 1
+    funnel = {}
+    remaining = candidates
+    for stage in STAGES:
+        dropped = sum(by_stage[stage].values())
+        funnel[stage] = {
+            "in": remaining,
+            "kept": remaining - dropped,
+            "dropped": dict(sorted(by_stage[stage].items())),
+        }
+        remaining -= dropped
+    all_reasons = Counter(r.reason for r in rejections)
+    rows_per_source = Counter(c.data_source for c in selected)
+    return {
+        "config": {"out": options.out, **options.fingerprint()},
+        "versions": _versions(generator_version),
+        "device": device,
+        "counts": {
+            "candidates": candidates,
+            "accepted": accepted_total,
+            "rows": len(selected),
+            "accepted_not_selected": accepted_total - len(selected),
+            "rejected": len(rejections),
+        },
+        "funnel": funnel,
+        "dropped_by_reason": {reason: all_reasons.get(reason, 0) for reason in REASONS},
+        "rows_per_data_source": {s: rows_per_source.get(s, 0) for s in quota},
+        "quota_per_data_source": quota,
+        "released_mixture_percent": OPS6K_MIXTURE,
+        "rounds": rounds,
+        "timings_s": {"total": round(wall_s, 3), "rounds": round(sum(r["wall_s"] for r in rounds), 3)},
+    }

@@ -1,0 +1,342 @@
+"""The `opsynth` command line: typed subcommands, examples in `--help`, and one place that turns exceptions
+into one-line, actionable messages (exit 2 for usage errors, 1 for failures, no traceback without --debug).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from pipeline.config import DEFAULT_PRESET, KERNELBENCH_JACCARD_THRESHOLD, WORKLOADS
+from pipeline.errors import OpsynthError, UsageError
+
+GENERATE_EXAMPLES = """examples:
+  opsynth generate --out out --num-samples 20 --device cpu --workload tiny
+  opsynth generate --out ops6k --preset ops6k --device cuda
+  opsynth generate --out mix --num-samples 1000 --mixture torch1=10,torch2=60,torch3=30 --seed 7
+  opsynth generate --out out --num-samples 200 --direct_num_workers 2 --direct_running_mode multi_processing
+Options not listed here are passed to Apache Beam (e.g. --runner, --direct_num_workers)."""
+
+VALIDATE_EXAMPLES = """examples:
+  opsynth validate task.py --device cpu --runtime-window-ms 0,100
+  opsynth validate tasks/ --device cuda --report verdicts.jsonl
+  opsynth validate CUDA-Agent-Ops-6K/data/train.parquet --no-compile-check"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line that points at --help (exit 2)."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _add_execution_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cuda", "cpu"),
+        help="where tasks execute (default: auto)",
+    )
+    p.add_argument("--workload", choices=tuple(WORKLOADS), help="task sizes and window: gpu (default on CUDA) or tiny")
+    p.add_argument("--runtime-window-ms", metavar="LO,HI", help="eager time window (default: the workload's)")
+    p.add_argument("--timeout-s", type=float, help="per-task execution time limit (default: the workload's)")
+    p.add_argument("--no-compile-check", action="store_true", help="skip the torch.compile run and comparison")
+    p.add_argument(
+        "--kernelbench",
+        default="embedded",
+        metavar="embedded|hub|PATH",
+        help="decontamination reference: the shipped index, the Hub copy, or a Parquet file / folder",
+    )
+    p.add_argument(
+        "--jaccard-threshold",
+        type=float,
+        default=KERNELBENCH_JACCARD_THRESHOLD,
+        help="MinHash Jaccard above which a task is a KernelBench near-duplicate (default %(default)s)",
+    )
+    p.add_argument("--workers", type=int, help="execution worker processes (default: cores on CPU, 2 per GPU)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="opsynth", description="Synthesize KernelBench-style tasks for CUDA-kernel agents.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    gen = sub.add_parser(
+        "generate",
+        help="run the pipeline and write a dataset folder",
+        epilog=GENERATE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    gen.add_argument("--out", required=True, help="output folder (new, empty, or an unfinished run to resume)")
+    gen.add_argument("--num-samples", type=int, help="rows in the dataset (default: the preset's)")
+    gen.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    gen.add_argument(
+        "--preset", default=DEFAULT_PRESET, help=f"recipe: ops6k, ops60k, ops600k (default {DEFAULT_PRESET})"
+    )
+    gen.add_argument(
+        "--mixture",
+        help="rows per data source in percent, e.g. torch1=3.40,torch2=83.77,...,transformers=1.18",
+    )
+    gen.add_argument("--batch-size", type=int, help="candidates handed to the workers at once (default 4 per worker)")
+    _add_execution_args(gen)
+
+    val = sub.add_parser(
+        "validate",
+        help="run every filter on existing tasks and print a verdict per task",
+        epilog=VALIDATE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    val.add_argument("input", help="a .py task, a folder of them, or a Parquet file with a `code` column")
+    val.add_argument("--report", help="write one JSON line per task to this file")
+    _add_execution_args(val)
+
+    cat = sub.add_parser(
+        "catalog",
+        help="list the operator catalog, or `catalog check` it on the meta device",
+        epilog="examples:\n  opsynth catalog\n  opsynth catalog --json\n  opsynth catalog check",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cat.add_argument("action", nargs="?", choices=("list", "check"), default="list")
+    cat.add_argument("--json", action="store_true", help='print {"entries": [...]} as JSON')
+
+    ref = sub.add_parser(
+        "reference",
+        help="build the embedded KernelBench fingerprint index",
+        epilog="example:\n  opsynth reference build --kernelbench KernelBench/kernelbench.parquet",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ref.add_argument("action", choices=("build",))
+    ref.add_argument("--kernelbench", required=True, metavar="PATH|hub", help="KernelBench tasks to fingerprint")
+    ref.add_argument("--output", help="where to write the index (default: the one shipped in the package)")
+    return parser
+
+
+def _resolve_device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is visible here; use --device cpu (with --workload tiny)")
+    return requested
+
+
+def _positive(name: str, value, kind=int):
+    if value is not None and value <= 0:
+        raise UsageError(f"{name} must be a positive {'integer' if kind is int else 'number'}, got {value}")
+    return value
+
+
+def _execution_settings(args) -> dict:
+    from pipeline.options import check_workload, parse_window
+
+    device = _resolve_device(args.device)
+    workload = check_workload(args.workload or ("gpu" if device == "cuda" else "tiny"))
+    wl = WORKLOADS[workload]
+    window = parse_window(args.runtime_window_ms) if args.runtime_window_ms else wl.runtime_window_ms
+    if not 0.0 <= args.jaccard_threshold <= 1.0:
+        raise UsageError(f"--jaccard-threshold must lie in [0, 1], got {args.jaccard_threshold}")
+    workers = _positive("--workers", args.workers) or _default_workers(device)
+    return {
+        "device": device,
+        "workload": workload,
+        "runtime_window_ms": window,
+        "timeout_s": _positive("--timeout-s", args.timeout_s, float) or wl.timeout_s,
+        "compile_check": not args.no_compile_check,
+        "kernelbench": args.kernelbench,
+        "jaccard_threshold": args.jaccard_threshold,
+        "workers": workers,
+    }
+
+
+def _default_workers(device: str) -> int:
+    if device == "cuda":
+        import torch
+
+        return 2 * max(1, torch.cuda.device_count())
+    return max(1, os.cpu_count() or 1)
+
+
+def _check_kernelbench(spec: str) -> None:
+    """Fail fast, before any work, on a reference that cannot be read."""
+    from filters.decontamination import ReferenceError_, load_reference
+
+    try:
+        load_reference(spec)
+    except ReferenceError_ as e:
+        raise UsageError(f"--kernelbench: {e}") from None
+
+
+def _unknown_beam_args(extra: list[str]) -> list[str]:
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in PipelineOptions.__subclasses__():
+        cls._add_argparse_args(parser)
+    _, unknown = parser.parse_known_args(extra)
+    return unknown
+
+
+def cmd_generate(args, extra: list[str]) -> int:
+    from pipeline.options import GenerateOptions, check_preset, parse_mixture
+    from pipeline.run import generate
+
+    unknown = _unknown_beam_args(extra)
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]} (see `opsynth generate --help`; Beam options pass through)")
+    preset = check_preset(args.preset)
+    num_samples = _positive("--num-samples", args.num_samples) or preset["num_samples"]
+    mixture = parse_mixture(args.mixture) if args.mixture is not None else dict(preset["mixture"])
+    settings = _execution_settings(args)
+    _check_kernelbench(settings["kernelbench"])
+    batch_size = _positive("--batch-size", args.batch_size) or 4 * settings["workers"]
+    options = GenerateOptions(
+        out=args.out,
+        num_samples=num_samples,
+        seed=args.seed,
+        preset=args.preset,
+        mixture=mixture,
+        batch_size=batch_size,
+        **settings,
+    )
+    result = generate(options, extra)
+    return 0 if result.rows == num_samples else 1
+
+
+def cmd_validate(args) -> int:
+    from filters.execution import ExecutionConfig
+    from pipeline.config import TIMING
+    from pipeline.validate import read_tasks, summarize, validate_tasks, write_report
+
+    tasks = read_tasks(args.input)
+    s = _execution_settings(args)
+    _check_kernelbench(s["kernelbench"])
+    warmup, iters = TIMING[s["device"]]
+    execution = ExecutionConfig(
+        device=s["device"],
+        runtime_window_ms=s["runtime_window_ms"],
+        timeout_s=s["timeout_s"],
+        compile_check=s["compile_check"],
+        warmup=warmup,
+        iters=iters,
+        workers=s["workers"],
+    )
+    results = validate_tasks(tasks, execution, s["kernelbench"], s["jaccard_threshold"])
+    for r in results:
+        detail = f"  ({r.verdict.detail})" if r.verdict.detail else ""
+        print(f"{r.task}: {r.verdict.reason}{detail}")
+    print(summarize(results))
+    if args.report:
+        write_report(args.report, results)
+    return 0
+
+
+def cmd_catalog(args) -> int:
+    from operator_catalog import all_entries
+
+    entries = all_entries()
+    if args.action == "check":
+        from operator_catalog.check import check_entry
+
+        failures = 0
+        for entry in entries:
+            if entry.excluded:
+                continue
+            for workload in WORKLOADS.values():
+                error = check_entry(entry, workload)
+                if error:
+                    failures += 1
+                    print(f"FAIL {entry.name} [{workload.name}]: {error}")
+        checked = sum(1 for e in entries if not e.excluded)
+        print(f"{checked} entries checked on meta in {len(WORKLOADS)} workloads: {failures} failures")
+        return 1 if failures else 0
+    if args.json:
+        rows = [
+            {
+                "name": e.name,
+                "kind": e.kind,
+                "family": e.family,
+                "ranks": list(e.ranks),
+                "domain": e.domain,
+                "terminal": e.terminal,
+                "excluded": e.excluded,
+            }
+            for e in entries
+        ]
+        print(json.dumps({"entries": rows}, indent=1))
+        return 0
+    for e in entries:
+        print(
+            f"{e.name:32s} {e.kind:12s} {e.family:14s} ranks {','.join(map(str, e.ranks))}"
+            + (f"  excluded: {e.excluded}" if e.excluded else "")
+        )
+    print(f"{len(entries)} entries")
+    return 0
+
+
+def cmd_reference(args) -> int:
+    import importlib.resources
+    from pathlib import Path
+
+    from filters.decontamination import EMBEDDED_INDEX, ReferenceError_, load_reference
+
+    if args.kernelbench == "embedded":
+        raise UsageError("--kernelbench: give the KernelBench Parquet file or folder (or hub) to fingerprint")
+    try:
+        index = load_reference(args.kernelbench)
+    except ReferenceError_ as e:
+        raise UsageError(f"--kernelbench: {e}") from None
+    output = (
+        Path(args.output) if args.output else Path(str(importlib.resources.files("filters") / "data" / EMBEDDED_INDEX))
+    )
+    tmp = output.with_name(f".tmp-{output.name}")
+    index.save(tmp)
+    os.replace(tmp, output)
+    print(f"wrote fingerprints of {len(index.names)} KernelBench tasks to {output}")
+    return 0
+
+
+def run(argv: list[str]) -> int:
+    """Parse and run one command; raises the errors `main` reports."""
+    args, extra = build_parser().parse_known_args(argv)
+    if args.command != "generate" and extra:
+        raise UsageError(f"unknown option {extra[0]} (see `opsynth {args.command} --help`)")
+    if args.command == "generate":
+        return cmd_generate(args, extra)
+    if args.command == "validate":
+        return cmd_validate(args)
+    if args.command == "catalog":
+        return cmd_catalog(args)
+    return cmd_reference(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]  # accepted before or after the subcommand
+    try:
+        return run(argv)
+    except UsageError as e:
+        if debug:
+            raise
+        print(f"opsynth: error: {e}", file=sys.stderr)
+        return 2
+    except OpsynthError as e:
+        if debug:
+            raise
+        print(f"opsynth: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("opsynth: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if debug:
+            raise
+        print(f"opsynth: error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

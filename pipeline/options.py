@@ -1,0 +1,101 @@
+"""The options of `opsynth generate`: one frozen object, parsed and validated from the command line.
+
+Everything a run's result depends on is in `GenerateOptions.fingerprint()`, which resume compares.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from pipeline.config import DATA_SOURCES, MIXTURE_ALIASES, PRESETS, WORKLOADS
+from pipeline.errors import UsageError
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    out: str  # output folder
+    num_samples: int  # rows in the dataset
+    seed: int  # run seed: same seed, same GPU class => same dataset
+    preset: str  # named recipe (ops6k, ...)
+    mixture: dict[str, float]  # data_source -> share in percent (sums to 100)
+    device: str  # cpu or cuda (auto is resolved before this object is made)
+    workload: str  # tiny or gpu
+    runtime_window_ms: tuple[float, float]
+    kernelbench: str  # embedded, hub, or a path
+    jaccard_threshold: float  # MinHash Jaccard above which a task is a KernelBench near-duplicate
+    compile_check: bool
+    timeout_s: float  # per-candidate execution limit
+    workers: int  # execution worker processes
+    batch_size: int  # candidates handed to the worker pool at once
+
+    def fingerprint(self) -> dict:
+        """What must match for a run in an existing folder to resume it."""
+        d = asdict(self)
+        d.pop("out")
+        d["runtime_window_ms"] = list(self.runtime_window_ms)
+        for volatile in ("workers", "batch_size", "timeout_s"):
+            d.pop(volatile)
+        return d
+
+
+def parse_mixture(text: str) -> dict[str, float]:
+    """`torch1=3.40,torch2=83.77,...` (or `torch#1=...`) -> shares in percent summing to 100."""
+    shares: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        source = MIXTURE_ALIASES.get(name, name)
+        if not sep or source not in DATA_SOURCES:
+            raise UsageError(
+                f"--mixture: bad entry {part!r}; write NAME=SHARE with NAME in "
+                f"{', '.join(MIXTURE_ALIASES)}, e.g. --mixture torch1=10,torch2=90"
+            )
+        try:
+            share = float(value)
+        except ValueError:
+            raise UsageError(f"--mixture: share of {name} is not a number: {value!r}") from None
+        if not math.isfinite(share) or share < 0:
+            raise UsageError(f"--mixture: share of {name} must be a non-negative number, got {value!r}")
+        if source in shares:
+            raise UsageError(f"--mixture: {name} is given twice")
+        shares[source] = share
+    total = sum(shares.values())
+    if total <= 0:
+        raise UsageError("--mixture: shares must add up to more than 0, e.g. --mixture torch2=100")
+    return {s: shares.get(s, 0.0) * 100.0 / total for s in DATA_SOURCES}
+
+
+def parse_window(text: str) -> tuple[float, float]:
+    """`LO,HI` in milliseconds."""
+    parts = text.split(",")
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        raise UsageError(f"--runtime-window-ms: expected LO,HI in milliseconds (e.g. 1,100), got {text!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high)) or low < 0 or high <= low:
+        raise UsageError(f"--runtime-window-ms: need 0 <= LO < HI, got {text!r}")
+    return low, high
+
+
+def quotas(num_samples: int, mixture: dict[str, float]) -> dict[str, int]:
+    """Rows per data source: floor of N x share, the remainder to the largest fractional parts (ties in order)."""
+    exact = {s: num_samples * mixture.get(s, 0.0) / 100.0 for s in DATA_SOURCES}
+    counts = {s: math.floor(v) for s, v in exact.items()}
+    missing = num_samples - sum(counts.values())
+    by_remainder = sorted(DATA_SOURCES, key=lambda s: (-(exact[s] - counts[s]), DATA_SOURCES.index(s)))
+    for s in by_remainder[:missing]:
+        counts[s] += 1
+    return counts
+
+
+def check_preset(name: str) -> dict:
+    if name not in PRESETS:
+        raise UsageError(f"--preset: unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def check_workload(name: str) -> str:
+    if name not in WORKLOADS:
+        raise UsageError(f"--workload: unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}")
+    return name

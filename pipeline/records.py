@@ -1,0 +1,75 @@
+"""The elements that flow through the Beam graph: candidate seeds, candidates, and rejections.
+
+They are frozen and picklable; a stage never mutates its input, it returns an updated copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+def candidate_seed(run_seed: int, data_source: str, index: int) -> int:
+    """The seed of one candidate: a stable 63-bit hash of the run seed, its data source and its index."""
+    digest = hashlib.sha256(f"{run_seed}:{data_source}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """What one candidate is made from: its place in its data source's stream and its seed."""
+
+    data_source: str  # torch#k or transformers
+    index: int  # position in that data source's stream of candidates (selection keeps the lowest)
+    seed: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    data_source: str
+    index: int
+    seed: int
+    ops: tuple[str, ...] = ()
+    code: str = ""
+    input_shapes: tuple[dict, ...] = ()
+    dedup_key: str = ""
+    measurements: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha256(self.code.encode()).hexdigest()[:16]
+
+    @property
+    def order(self) -> tuple[str, int]:
+        return (self.data_source, self.index)
+
+    def measured(self, values: dict[str, Any]) -> Candidate:
+        return replace(self, measurements={**self.measurements, **values}) if values else self
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Candidate:
+        return cls(**{**d, "ops": tuple(d["ops"]), "input_shapes": tuple(d["input_shapes"])})
+
+
+@dataclass(frozen=True)
+class Rejection:
+    candidate: Candidate
+    reason: str  # one of filters.reasons.REASONS
+    stage: str  # the stage that dropped it
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "candidate": self.candidate.to_json(),
+            "reason": self.reason,
+            "stage": self.stage,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Rejection:
+        return cls(Candidate.from_json(d["candidate"]), d["reason"], d["stage"], d["detail"])

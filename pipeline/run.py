@@ -1,0 +1,239 @@
+"""The run driver of `opsynth generate`: rounds of the Beam graph until every data source has its quota.
+
+Each round's outputs land under `DIR/.opsynth/round-NNNNN/` and are marked complete only after the round's
+pipeline finished, so a run started again with the same options resumes at the first incomplete round. The
+round plan depends only on earlier rounds' results, so a resumed run makes the same dataset.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from filters.execution import ExecutionConfig, device_name
+from operator_catalog import catalog_version
+from operator_catalog.registry import sampleable
+from outputs.card import write_card
+from outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
+from outputs.shards import write_shards, write_text_atomic
+from outputs.stats import build_stats
+from pipeline.config import (
+    INITIAL_OVERSAMPLING,
+    MAX_ROUNDS,
+    MAX_ROWS_PER_SHARD,
+    ROW_GROUP_ROWS,
+    TIMING,
+    VERSION,
+)
+from pipeline.errors import OpsynthError, UsageError
+from pipeline.graph import build_round
+from pipeline.options import GenerateOptions, quotas
+from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
+
+STATE_DIR = ".opsynth"
+CONFIG_FILE = "config.json"
+DONE_MARKER = "_SUCCESS"
+MIN_CANDIDATES_PER_ROUND = 4
+
+
+@dataclass
+class RunResult:
+    out: Path
+    rows: int
+    stats: dict
+    already_complete: bool = False
+
+
+def generator_version() -> str:
+    return f"opsynth {VERSION}; catalog {catalog_version()}"
+
+
+def execution_config(options: GenerateOptions) -> ExecutionConfig:
+    warmup, iters = TIMING[options.device]
+    return ExecutionConfig(
+        device=options.device,
+        runtime_window_ms=options.runtime_window_ms,
+        timeout_s=options.timeout_s,
+        compile_check=options.compile_check,
+        warmup=warmup,
+        iters=iters,
+        workers=options.workers,
+    )
+
+
+def prepare_output_dir(options: GenerateOptions) -> tuple[Path, bool]:
+    """Create or reopen DIR; refuse a foreign folder or a run of other options. Returns (state dir, complete)."""
+    out = Path(options.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder path")
+    state = out / STATE_DIR
+    config_path = state / CONFIG_FILE
+    wanted = options.fingerprint()
+    if config_path.exists():
+        stored = json.loads(config_path.read_text())
+        if stored != wanted:
+            differing = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
+            raise UsageError(
+                f"{out} holds a run with other options ({', '.join(differing)} differ); "
+                "rerun with the same options to resume, or choose another --out"
+            )
+        return state, (out / "stats.json").exists()
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"{out} is not empty and holds no opsynth run; choose a new or empty --out folder")
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(config_path, json.dumps(wanted, indent=2, sort_keys=True))
+    except OSError as e:
+        raise UsageError(f"cannot write to {out} ({e.strerror}); choose a writable --out folder") from None
+    return state, False
+
+
+def _read_jsonl(pattern: str) -> list[dict]:
+    rows = []
+    for path in sorted(glob.glob(pattern)):
+        with open(path, encoding="utf-8") as f:
+            rows.extend(json.loads(line) for line in f if line.strip())
+    return rows
+
+
+def _plan_round(quota: dict[str, int], accepted: dict[str, list], tried: Counter) -> dict[str, int]:
+    """Candidates to make per data source: the missing rows over the acceptance rate seen so far, padded."""
+    plan = {}
+    for source, want in quota.items():
+        missing = want - len(accepted[source])
+        if missing <= 0:
+            continue
+        if accepted[source]:
+            rate = len(accepted[source]) / tried[source]
+        elif tried[source]:
+            rate = 1.0 / (2 * tried[source])  # nothing accepted yet: at least double the effort
+        else:
+            rate = 1.0 / INITIAL_OVERSAMPLING
+        plan[source] = max(MIN_CANDIDATES_PER_ROUND, math.ceil(missing / rate * 1.25))
+    return plan
+
+
+def _run_round(specs, options, execution, seen_keys, round_dir: Path, beam_args: list[str]) -> None:
+    if round_dir.exists():
+        shutil.rmtree(round_dir)  # an interrupted round is redone whole
+    round_dir.mkdir(parents=True)
+    pipeline_options = PipelineOptions(beam_args)
+    with beam.Pipeline(options=pipeline_options) as p:
+        build_round(p, specs, options, execution, seen_keys, str(round_dir))
+    (round_dir / DONE_MARKER).write_text("")
+
+
+def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=print) -> RunResult:
+    beam_args = beam_args or []
+    out = Path(options.out)
+    quota = quotas(options.num_samples, options.mixture)
+    for source, n in quota.items():
+        kind = "transformers" if source == "transformers" else "torch"
+        if n and not sampleable(kind):
+            raise UsageError(f"the catalog has no {kind} entries to make {source} rows; drop it from --mixture")
+    state, complete = prepare_output_dir(options)
+    if complete:
+        stats = json.loads((out / "stats.json").read_text())
+        log(f"{out} already holds the finished dataset ({stats['counts']['rows']} rows); nothing to do")
+        return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
+
+    execution = execution_config(options)
+    accepted: dict[str, list[Candidate]] = {s: [] for s in quota}
+    rejections: list[Rejection] = []
+    tried: Counter = Counter()
+    seen_keys: set[str] = set()
+    rounds: list[dict] = []
+    started = time.monotonic()
+    for r in range(MAX_ROUNDS):
+        plan = _plan_round(quota, accepted, tried)
+        if not plan:
+            break
+        specs = [
+            CandidateSpec(s, i, candidate_seed(options.seed, s, i))
+            for s, n in plan.items()
+            for i in range(tried[s], tried[s] + n)
+        ]
+        round_dir = state / f"round-{r:05d}"
+        t0 = time.monotonic()
+        resumed = (round_dir / DONE_MARKER).exists()
+        if not resumed:
+            log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
+            _run_round(specs, options, execution, frozenset(seen_keys), round_dir, beam_args)
+        new_accepted = [Candidate.from_json(d) for d in _read_jsonl(str(round_dir / "accepted-*.jsonl"))]
+        new_rejected = [Rejection.from_json(d) for d in _read_jsonl(str(round_dir / "rejected-*.jsonl"))]
+        if len(new_accepted) + len(new_rejected) != len(specs):
+            raise OpsynthError(
+                f"round {r} accounts for {len(new_accepted) + len(new_rejected)} of {len(specs)} candidates"
+            )
+        for c in new_accepted:
+            accepted[c.data_source].append(c)
+            seen_keys.add(c.dedup_key)
+        seen_keys.update(x.candidate.dedup_key for x in new_rejected if x.stage == "execute")
+        rejections.extend(new_rejected)
+        tried.update(plan)
+        rounds.append(
+            {
+                "round": r,
+                "candidates": len(specs),
+                "accepted": len(new_accepted),
+                "resumed": resumed,
+                "wall_s": round(time.monotonic() - t0, 3),
+            }
+        )
+        log(
+            f"round {r}: {len(new_accepted)} accepted, {len(new_rejected)} rejected" + (" (resumed)" if resumed else "")
+        )
+    short = {s: quota[s] - len(accepted[s]) for s in quota if len(accepted[s]) < quota[s]}
+    if short:
+        reasons = Counter(x.reason for x in rejections).most_common(3)
+        raise OpsynthError(
+            f"after {MAX_ROUNDS} rounds still missing {short} rows (most rejections: {reasons}); "
+            "widen --runtime-window-ms or change --mixture"
+        )
+
+    selected = []
+    for source, n in quota.items():
+        selected.extend(sorted(accepted[source], key=lambda c: c.index)[:n])
+    selected.sort(key=lambda c: c.id)
+    version = generator_version()
+    write_shards(
+        [task_row(c, version) for c in selected],
+        TASK_SCHEMA,
+        out / "data",
+        "train",
+        MAX_ROWS_PER_SHARD,
+        ROW_GROUP_ROWS,
+    )
+    rejected_sorted = sorted(rejections, key=lambda x: x.candidate.order)
+    write_shards(
+        [rejected_row(x) for x in rejected_sorted],
+        REJECTED_SCHEMA,
+        out / "rejected",
+        "rejected",
+        MAX_ROWS_PER_SHARD,
+        ROW_GROUP_ROWS,
+    )
+    stats = build_stats(
+        options=options,
+        quota=quota,
+        selected=selected,
+        accepted_total=sum(len(v) for v in accepted.values()),
+        rejections=rejections,
+        rounds=rounds,
+        wall_s=time.monotonic() - started,
+        device=device_name(options.device),
+        generator_version=version,
+    )
+    write_card(out / "README.md", stats)
+    write_text_atomic(out / "stats.json", json.dumps(stats, indent=2, sort_keys=True))
+    log(f"wrote {len(selected)} rows to {out / 'data'}; funnel and settings in {out / 'stats.json'}")
+    return RunResult(out, len(selected), stats)

@@ -1,0 +1,187 @@
+"""The stages of the Beam graph, one named composite each, in the order the pipeline applies them.
+
+Every filter stage returns its kept candidates under `KEPT` and its rejections under `REJECTED`, and counts
+both per reason, so the top of the pipeline reads as a short chain of labelled steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.pvalue import TaggedOutput
+
+from filters.decontamination import decontaminate, load_reference
+from filters.dedup import dedup_key, split_group
+from filters.execution import ExecutionConfig
+from filters.reasons import DUPLICATE, SHAPE_ERROR, Verdict
+from filters.shape_check import check_shapes
+from filters.workers import Job, WorkerPool
+from operator_catalog.codegen import render
+from operator_catalog.compose import CompositionError, compose
+from operator_catalog.entry import Workload
+from pipeline.config import COMPOSE_ATTEMPTS
+from pipeline.records import Candidate, CandidateSpec, Rejection
+
+KEPT = "kept"
+REJECTED = "rejected"
+COUNTER_NAMESPACE = "opsynth"
+
+
+def route(candidate: Candidate, verdict: Verdict, stage: str) -> Iterator:
+    """Send a judged candidate on: kept to the main output, dropped to `REJECTED`; count either way."""
+    candidate = candidate.measured(verdict.measurements)
+    if verdict.kept:
+        Metrics.counter(COUNTER_NAMESPACE, f"{stage}_kept").inc()
+        yield candidate
+    else:
+        Metrics.counter(COUNTER_NAMESPACE, f"dropped_{verdict.reason}").inc()
+        yield TaggedOutput(REJECTED, Rejection(candidate, verdict.reason, stage, verdict.detail))
+
+
+def num_ops_of(data_source: str) -> int:
+    return int(data_source.split("#", 1)[1])
+
+
+def make_candidate(spec: CandidateSpec, workload: Workload) -> Candidate:
+    """Compose and render one candidate; raises CompositionError when no chain fits."""
+    task = render(compose(spec.seed, num_ops_of(spec.data_source), workload, COMPOSE_ATTEMPTS))
+    return Candidate(
+        data_source=spec.data_source,
+        index=spec.index,
+        seed=spec.seed,
+        ops=task.ops,
+        code=task.source,
+        input_shapes=tuple({"shape": list(s.shape), "dtype": s.dtype} for s in task.input_shapes),
+        dedup_key=dedup_key(task.source),
+    )
+
+
+class _ComposeFn(beam.DoFn):
+    def __init__(self, workload: Workload):
+        self.workload = workload
+
+    def process(self, spec: CandidateSpec) -> Iterator:
+        try:
+            candidate = make_candidate(spec, self.workload)
+        except CompositionError as e:
+            empty = Candidate(spec.data_source, spec.index, spec.seed)
+            yield from route(empty, Verdict(SHAPE_ERROR, str(e)[:300]), "compose")
+            return
+        Metrics.counter(COUNTER_NAMESPACE, "candidates").inc()
+        yield candidate
+
+
+class ComposeCandidates(beam.PTransform):
+    """Candidate specs -> composed, rendered candidates (`KEPT`), or a `shape_error` when no chain fits."""
+
+    def __init__(self, workload: Workload):
+        super().__init__()
+        self.workload = workload
+
+    def expand(self, specs):
+        return specs | beam.ParDo(_ComposeFn(self.workload)).with_outputs(REJECTED, main=KEPT)
+
+
+class _ShapeCheckFn(beam.DoFn):
+    def process(self, candidate: Candidate) -> Iterator:
+        yield from route(candidate, check_shapes(candidate.code), "shape_check")
+
+
+class CheckShapes(beam.PTransform):
+    """Build and run every candidate on the meta device before any real execution."""
+
+    def expand(self, candidates):
+        return candidates | beam.ParDo(_ShapeCheckFn()).with_outputs(REJECTED, main=KEPT)
+
+
+class _DecontaminateFn(beam.DoFn):
+    def __init__(self, reference: str, threshold: float):
+        self.reference = reference
+        self.threshold = threshold
+        self.index = None
+
+    def setup(self) -> None:
+        self.index = load_reference(self.reference)
+
+    def process(self, candidate: Candidate) -> Iterator:
+        yield from route(candidate, decontaminate(candidate.code, self.index, self.threshold), "decontaminate")
+
+
+class DecontaminateAgainstKernelBench(beam.PTransform):
+    """Drop candidates whose Model class is a near-duplicate of a KernelBench level 1-3 task."""
+
+    def __init__(self, reference: str, threshold: float):
+        super().__init__()
+        self.reference = reference
+        self.threshold = threshold
+
+    def expand(self, candidates):
+        return candidates | beam.ParDo(_DecontaminateFn(self.reference, self.threshold)).with_outputs(
+            REJECTED, main=KEPT
+        )
+
+
+class _DedupGroupFn(beam.DoFn):
+    def __init__(self, seen_keys: frozenset[str]):
+        self.seen_keys = seen_keys
+
+    def process(self, group: tuple[str, Iterable[Candidate]]) -> Iterator:
+        key, members = group
+        kept, dropped = split_group(members, lambda c: c.order, key in self.seen_keys)
+        if kept is not None:
+            Metrics.counter(COUNTER_NAMESPACE, "dedup_kept").inc()
+            yield kept
+        for c in dropped:
+            yield from route(c, Verdict(DUPLICATE, "same normalized code as an earlier candidate"), "dedup")
+
+
+class DedupWithinSet(beam.PTransform):
+    """Keep one candidate per normalized program, also across the run's earlier rounds (`seen_keys`)."""
+
+    def __init__(self, seen_keys: frozenset[str]):
+        super().__init__()
+        self.seen_keys = seen_keys
+
+    def expand(self, candidates):
+        return (
+            candidates
+            | "KeyByNormalizedCode" >> beam.Map(lambda c: (c.dedup_key, c))
+            | "GroupByNormalizedCode" >> beam.GroupByKey()
+            | "KeepFirstOfGroup" >> beam.ParDo(_DedupGroupFn(self.seen_keys)).with_outputs(REJECTED, main=KEPT)
+        )
+
+
+class _ExecuteBatchFn(beam.DoFn):
+    def __init__(self, config: ExecutionConfig):
+        self.config = config
+        self.pool: WorkerPool | None = None
+
+    def setup(self) -> None:
+        self.pool = WorkerPool(self.config)
+
+    def process(self, batch: list[Candidate]) -> Iterator:
+        verdicts = self.pool.run([Job(f"{c.data_source}/{c.index}", c.code, c.seed) for c in batch])
+        for candidate, verdict in zip(batch, verdicts, strict=True):
+            yield from route(candidate, verdict, "execute")
+
+    def teardown(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+class ExecuteCandidates(beam.PTransform):
+    """Run every candidate in isolated worker processes on the device; batches keep all workers busy."""
+
+    def __init__(self, config: ExecutionConfig, batch_size: int):
+        super().__init__()
+        self.config = config
+        self.batch_size = batch_size
+
+    def expand(self, candidates):
+        return (
+            candidates
+            | "Batch" >> beam.BatchElements(min_batch_size=self.batch_size, max_batch_size=self.batch_size)
+            | "RunChecks" >> beam.ParDo(_ExecuteBatchFn(self.config)).with_outputs(REJECTED, main=KEPT)
+        )
