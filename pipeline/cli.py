@@ -26,7 +26,12 @@ VALIDATE_EXAMPLES = """examples:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line that points at --help (exit 2)."""
+    """argparse, but a usage error is one line that points at --help (exit 2), and no abbreviated flags:
+    with Beam's options passing through, `--num-sample` must be an error, not a guess."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UsageError(f"{message} (see `{self.prog} --help`)")

@@ -1,0 +1,43 @@
+"""Shared fixtures: the `../shared` data beside the repository (skipped, saying why, where it is absent),
+small task programs, and a CPU execution config for the worker-pool tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED = REPO_ROOT.parent / "shared"
+
+
+def shared_file(relative: str) -> Path:
+    path = SHARED / relative
+    if not path.exists():
+        pytest.skip(f"{relative} not found under {SHARED}: these tests need the project's shared data beside the clone")
+    return path
+
+
+@pytest.fixture(scope="session")
+def kernelbench_parquet() -> Path:
+    return shared_file("kernelbench/kernelbench.parquet")
+
+
+@pytest.fixture(scope="session")
+def ops6k_examples() -> Path:
+    return shared_file("reference/ops6k_examples.parquet")
+
+
+@pytest.fixture(scope="session")
+def ops6k_vocabulary() -> Path:
+    return shared_file("reference/ops6k_torch_vocabulary.tsv")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

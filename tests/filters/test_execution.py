@@ -1,0 +1,125 @@
+"""The execution checks through the worker pool on CPU: the code path the GPU stage uses."""
+
+import pytest
+import torch
+import torch._dynamo
+
+from filters.execution import ExecutionConfig, run_checks
+from filters.reasons import (
+    COMPILE_ERROR,
+    COMPILE_MISMATCH,
+    CRASH,
+    INDISTINGUISHABLE_OUTPUTS,
+    KEEP,
+    LOAD_ERROR,
+    NOT_DETERMINISTIC,
+    NOT_FINITE,
+    RUNTIME_ABOVE_WINDOW,
+    RUNTIME_BELOW_WINDOW,
+    RUNTIME_ERROR,
+    TIMEOUT,
+)
+from filters.workers import Job, WorkerPool
+from tests import fixtures
+
+CPU = ExecutionConfig(
+    device="cpu", runtime_window_ms=(0.0, 20.0), timeout_s=10.0, compile_check=False, warmup=1, iters=3, workers=2
+)
+
+CASES = [
+    ("good", fixtures.GOOD, KEEP),
+    ("stochastic", fixtures.STOCHASTIC, NOT_DETERMINISTIC),
+    ("constant", fixtures.CONSTANT, INDISTINGUISHABLE_OUTPUTS),
+    ("vanishing", fixtures.VANISHING, INDISTINGUISHABLE_OUTPUTS),
+    ("nan", fixtures.NAN, NOT_FINITE),
+    ("segfault", fixtures.SEGFAULT, CRASH),
+    ("hang", fixtures.HANG, TIMEOUT),
+    ("too_slow", fixtures.TOO_SLOW, RUNTIME_ABOVE_WINDOW),
+    ("unloadable", fixtures.UNLOADABLE, LOAD_ERROR),
+    ("raises", fixtures.RAISES, RUNTIME_ERROR),
+    ("good_after_crashes", fixtures.GOOD, KEEP),
+]
+
+
+@pytest.fixture(scope="module")
+def pool_verdicts():
+    with WorkerPool(CPU) as pool:
+        verdicts = pool.run([Job(name, source, 7) for name, source, _ in CASES])
+        replaced = pool.replaced
+    return dict(zip([c[0] for c in CASES], verdicts, strict=True)), replaced
+
+
+@pytest.mark.parametrize(("name", "expected"), [(c[0], c[2]) for c in CASES])
+def test_each_fixture_gets_its_reason(pool_verdicts, name, expected):
+    verdicts, _ = pool_verdicts
+    assert verdicts[name].reason == expected, verdicts[name]
+
+
+def test_crash_and_hang_cost_only_their_task_and_workers_are_replaced(pool_verdicts):
+    verdicts, replaced = pool_verdicts
+    assert replaced == 2  # the segfaulted worker and the hung one
+    assert "SIGSEGV" in verdicts["segfault"].detail
+    assert verdicts["good_after_crashes"].kept
+
+
+def test_kept_task_carries_its_measurements(pool_verdicts):
+    verdicts, _ = pool_verdicts
+    m = verdicts["good"].measurements
+    assert m["eager_ms"] > 0
+    assert m["device_name"].startswith("CPU")
+    assert "compile_ms" not in m
+
+
+def test_runtime_below_window():
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(1000.0, 2000.0), timeout_s=10, compile_check=False,
+                          warmup=1, iters=2)  # fmt: skip
+    verdict = run_checks(fixtures.GOOD, 1, cfg)
+    assert verdict.reason == RUNTIME_BELOW_WINDOW
+    assert verdict.measurements["eager_ms"] < 1000.0
+
+
+def test_verdict_does_not_depend_on_the_seed_for_a_good_task():
+    assert all(run_checks(fixtures.GOOD, seed, CPU).kept for seed in (0, 1, 2**62))
+
+
+@torch._dynamo.register_backend
+def failing_backend(graph_module, example_inputs):
+    raise RuntimeError("code generation failed")
+
+
+@pytest.mark.parametrize(
+    ("source", "backend", "expected"),
+    [
+        (fixtures.GOOD, "aot_eager", KEEP),
+        (fixtures.COMPILE_MISMATCH, "aot_eager", COMPILE_MISMATCH),
+        (fixtures.GOOD, "failing_backend", COMPILE_ERROR),
+    ],
+)
+def test_compile_check_logic(source, backend, expected):
+    # aot_eager traces with dynamo like inductor does but skips code generation, which keeps CI fast.
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 100.0), timeout_s=60, compile_check=True,
+                          compile_backend=backend, warmup=1, iters=2)  # fmt: skip
+    verdict = run_checks(source, 3, cfg)
+    assert verdict.reason == expected, verdict
+    if expected == KEEP:
+        assert verdict.measurements["compile_ms"] > 0
+
+
+def test_inductor_compile_check_in_a_worker():
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 100.0), timeout_s=240, compile_check=True,
+                          warmup=1, iters=2, workers=1)  # fmt: skip
+    with WorkerPool(cfg) as pool:
+        (verdict,) = pool.run([Job("good", fixtures.GOOD, 1)])
+    assert verdict.kept, verdict
+    assert verdict.measurements["compile_ms"] > 0
+
+
+@pytest.mark.gpu
+def test_checks_on_cuda():
+    cfg = ExecutionConfig(device="cuda", runtime_window_ms=(0.0, 100.0), timeout_s=120, compile_check=True, workers=2)
+    with WorkerPool(cfg) as pool:
+        jobs = [Job("good", fixtures.GOOD, 1), Job("random", fixtures.STOCHASTIC, 1), Job("segv", fixtures.SEGFAULT, 1)]
+        good, stochastic, segfault = pool.run(jobs)
+    assert good.kept and good.measurements["device_name"].startswith("NVIDIA")
+    assert stochastic.reason == NOT_DETERMINISTIC
+    assert segfault.reason == CRASH

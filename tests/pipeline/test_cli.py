@@ -1,0 +1,131 @@
+"""Careless input: exit 2, one line that says how to fix it, no traceback, nothing written."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.cli import main
+from tests import fixtures
+
+
+def _run(capsys, argv):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+GEN = ["generate", "--device", "cpu", "--workload", "tiny"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--num-samples", "0"], "--num-samples"),
+        (["--num-samples", "-3"], "--num-samples"),
+        (["--num-samples", "abc"], "invalid int"),
+        (["--mixture", "torch1=50,torch7=50"], "--mixture"),
+        (["--mixture", "torch2=ten"], "--mixture"),
+        (["--preset", "ops7k"], "--preset"),
+        (["--runtime-window-ms", "100,1"], "--runtime-window-ms"),
+        (["--workload", "huge"], "--workload"),
+        (["--workers", "0"], "--workers"),
+        (["--kernelbench", "/nonexistent/kb.parquet"], "--kernelbench"),
+        (["--jaccard-threshold", "1.5"], "--jaccard-threshold"),
+        (["--num-sample", "20"], "unknown option --num-sample"),
+    ],
+)
+def test_bad_generate_options_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, extra, needle):
+    out = tmp_path / "out"
+    code, _, stderr = _run(capsys, [*GEN, "--out", str(out), *extra])
+    assert code == 2
+    assert needle in stderr
+    assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
+    assert not out.exists()
+
+
+def test_cuda_requested_without_cuda(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    code, _, stderr = _run(capsys, ["generate", "--out", str(tmp_path / "o"), "--device", "cuda"])
+    assert code == 2 and "--device cpu" in stderr
+
+
+def test_out_that_is_a_file_or_a_foreign_folder_is_refused(tmp_path, capsys):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    code, _, stderr = _run(capsys, [*GEN, "--out", str(a_file), "--num-samples", "2"])
+    assert code == 2 and "is a file" in stderr
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "cat.jpg").write_text("meow")
+    code, _, stderr = _run(capsys, [*GEN, "--out", str(foreign), "--num-samples", "2"])
+    assert code == 2 and "not empty" in stderr
+    assert sorted(p.name for p in foreign.iterdir()) == ["cat.jpg"]
+
+
+def test_wrong_schema_kernelbench_file_is_refused(tmp_path, capsys):
+    bad = tmp_path / "kb.parquet"
+    pq.write_table(pa.table({"text": ["hello"]}), bad)
+    code, _, stderr = _run(capsys, [*GEN, "--out", str(tmp_path / "o"), "--kernelbench", str(bad)])
+    assert code == 2 and "`code`" in stderr
+
+
+@pytest.mark.parametrize("kind", ["missing", "no_code_column", "empty_folder", "wrong_suffix"])
+def test_bad_validate_inputs(tmp_path, capsys, kind):
+    path = tmp_path / "input"
+    if kind == "no_code_column":
+        path = tmp_path / "t.parquet"
+        pq.write_table(pa.table({"ops": ["[]"]}), path)
+    elif kind == "empty_folder":
+        path.mkdir()
+    elif kind == "wrong_suffix":
+        path = tmp_path / "t.txt"
+        path.write_text("x")
+    code, _, stderr = _run(capsys, ["validate", str(path), "--device", "cpu"])
+    assert code == 2 and len(stderr.strip().splitlines()) == 1
+
+
+def test_validate_reports_one_line_per_task_with_the_first_reason(tmp_path, capsys):
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    cases = {"good.py": fixtures.GOOD, "const.py": fixtures.CONSTANT, "bad_shapes.py": fixtures.SHAPE_MISMATCH,
+             "broken.py": fixtures.UNLOADABLE, "random.py": fixtures.STOCHASTIC}  # fmt: skip
+    for name, source in cases.items():
+        (tasks / name).write_text(source)
+    report = tmp_path / "report.jsonl"
+    argv = ["validate", str(tasks), "--device", "cpu", "--runtime-window-ms", "0,100", "--timeout-s", "20",
+            "--no-compile-check", "--workers", "2", "--report", str(report)]  # fmt: skip
+    code, stdout, _ = _run(capsys, argv)
+    assert code == 0
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    verdicts = {line["task"]: line["verdict"] for line in lines}
+    assert verdicts == {
+        "bad_shapes.py": "shape_error",
+        "broken.py": "load_error",
+        "const.py": "indistinguishable_outputs",
+        "good.py": "keep",
+        "random.py": "not_deterministic",
+    }
+    good = next(line for line in lines if line["task"] == "good.py")
+    assert good["eager_ms"] > 0 and good["kb_nearest"].startswith("level")
+    assert "5 tasks: 1 keep" in stdout
+
+
+def test_catalog_json_lists_typed_entries(capsys):
+    code, stdout, _ = _run(capsys, ["catalog", "--json"])
+    entries = json.loads(stdout)["entries"]
+    assert code == 0 and len(entries) >= 60
+    assert {"name", "kind", "family", "excluded"} <= set(entries[0])
+    assert {e["kind"] for e in entries} <= {"torch", "transformers"}
+
+
+def test_python_dash_m_pipeline_is_the_same_cli():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "pipeline", "catalog", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "opsynth catalog check" in done.stdout

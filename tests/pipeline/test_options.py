@@ -1,0 +1,39 @@
+import pytest
+
+from pipeline.config import OPS6K_MIXTURE
+from pipeline.errors import UsageError
+from pipeline.options import parse_mixture, parse_window, quotas
+
+
+def test_6000_rows_reproduce_the_released_counts():
+    assert quotas(6000, OPS6K_MIXTURE) == {
+        "torch#1": 204, "torch#2": 5026, "torch#3": 457, "torch#4": 168, "torch#5": 74, "transformers": 71,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("n", [1, 7, 20, 24, 99, 1001])
+def test_quotas_sum_to_n_and_follow_largest_remainders(n):
+    q = quotas(n, OPS6K_MIXTURE)
+    assert sum(q.values()) == n
+    for source, count in q.items():
+        assert abs(count - n * OPS6K_MIXTURE[source] / 100) < 1
+
+
+def test_mixture_accepts_both_spellings_and_normalizes():
+    m = parse_mixture("torch1=1, torch#2=3")
+    assert m["torch#1"] == 25.0 and m["torch#2"] == 75.0 and m["transformers"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "text", ["torch1", "torch9=3", "torch1=abc", "torch1=-1", "torch1=0", "torch1=1,torch1=2", "torch1=nan", ""]
+)
+def test_malformed_mixtures_are_usage_errors(text):
+    with pytest.raises(UsageError, match="--mixture"):
+        parse_mixture(text)
+
+
+@pytest.mark.parametrize("text", ["1", "1,2,3", "a,b", "5,1", "-1,3", "1,inf"])
+def test_malformed_windows_are_usage_errors(text):
+    with pytest.raises(UsageError, match="--runtime-window-ms"):
+        parse_window(text)
+    assert parse_window("1,100") == (1.0, 100.0)

@@ -1,0 +1,45 @@
+"""Each composite under Beam's TestPipeline, asserted on its kept and rejected outputs."""
+
+import apache_beam as beam
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline.config import WORKLOADS
+from pipeline.records import Candidate, CandidateSpec, candidate_seed
+from pipeline.stages import KEPT, REJECTED, CheckShapes, ComposeCandidates, DedupWithinSet
+from tests import fixtures
+
+
+def _candidate(index: int, code: str) -> Candidate:
+    from filters.dedup import dedup_key
+
+    return Candidate("torch#1", index, index, ("nn.Linear",), code, (), dedup_key(code))
+
+
+def test_compose_candidates_yields_one_rendered_candidate_per_spec():
+    specs = [CandidateSpec("torch#2", i, candidate_seed(0, "torch#2", i)) for i in range(6)]
+    with BeamTestPipeline() as p:
+        out = p | beam.Create(specs) | ComposeCandidates(WORKLOADS["tiny"])
+        assert_that(out[KEPT] | beam.Map(lambda c: (c.index, len(c.ops), "class Model" in c.code)),
+                    equal_to([(i, 2, True) for i in range(6)]))  # fmt: skip
+        assert_that(out[REJECTED], equal_to([]), label="no rejections")
+
+
+def test_check_shapes_routes_a_mismatch_to_rejected_with_its_reason():
+    with BeamTestPipeline() as p:
+        out = p | beam.Create([_candidate(0, fixtures.GOOD), _candidate(1, fixtures.SHAPE_MISMATCH)]) | CheckShapes()
+        assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([0]))
+        assert_that(out[REJECTED] | beam.Map(lambda r: (r.candidate.index, r.reason, r.stage)),
+                    equal_to([(1, "shape_error", "shape_check")]), label="rejected")  # fmt: skip
+
+
+def test_dedup_keeps_the_first_of_each_program_and_drops_keys_seen_before():
+    edited = fixtures.GOOD.replace("return torch", "# same program\n        return torch")
+    candidates = [_candidate(5, fixtures.GOOD), _candidate(2, edited), _candidate(7, fixtures.CONSTANT),
+                  _candidate(9, fixtures.VANISHING)]  # fmt: skip
+    seen = frozenset({_candidate(0, fixtures.VANISHING).dedup_key})
+    with BeamTestPipeline() as p:
+        out = p | beam.Create(candidates) | DedupWithinSet(seen)
+        assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([2, 7]))
+        assert_that(out[REJECTED] | beam.Map(lambda r: (r.candidate.index, r.reason)),
+                    equal_to([(5, "duplicate"), (9, "duplicate")]), label="rejected")  # fmt: skip
