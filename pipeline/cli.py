@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -317,7 +318,13 @@ def run(argv: list[str]) -> int:
     return cmd_reference(args)
 
 
+def _quiet_optional_beam_clients(record: logging.LogRecord) -> bool:
+    # `import apache_beam` warns that its Google Cloud clients are absent; opsynth does not use them.
+    return "apitools not found" not in record.getMessage()
+
+
 def main(argv: list[str] | None = None) -> int:
+    logging.getLogger().addFilter(_quiet_optional_beam_clients)
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]  # accepted before or after the subcommand
