@@ -1,24 +1,40 @@
-"""Decontamination against KernelBench levels 1-3: MinHash Jaccard of the `Model` class.
+"""Decontamination against KernelBench levels 1-3, on the `Model` class, with three signals:
 
-The reference is the shipped fingerprint index (signatures only, no KernelBench source), a Parquet file or a
-folder of `.py` tasks, or the Hub copy; every form reduces to the same (names, signatures) index.
+- `kb_ast_similarity`: the paper's structural AST similarity (continuous-eval's `PythonASTSimilarity`);
+- `kb_ast_similarity_normalized`: the same after removing no-ops (docstrings, annotations, ...), which an
+  edited copy cannot dodge by adding a docstring;
+- `kb_minhash_jaccard`: MinHash Jaccard of token 3-grams of the canonicalized class (identifiers renamed).
+
+The reference is an index of fingerprints (type-only AST skeletons and MinHash signatures, no source), built
+from a Parquet file, a folder of `.py` tasks or the Hub copy, or the one shipped in the package.
 """
 
 from __future__ import annotations
 
+import ast
+import gzip
 import importlib.resources
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from datasketch import MinHash
 
-from filters.normalize import code_tokens, normalize_code
+from filters.ast_similarity import Profile, SkeletonTable, best_match, profile
+from filters.normalize import canonical_code, canonical_tree, code_tokens
 from filters.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE, Verdict
 from filters.task_loading import model_class_node
-from pipeline.config import KERNELBENCH_JACCARD_THRESHOLD, MINHASH_PERMUTATIONS, MINHASH_SEED, MINHASH_SHINGLE
+from pipeline.config import (
+    AST_SIMILARITY_THRESHOLD,
+    KERNELBENCH_JACCARD_THRESHOLD,
+    MINHASH_PERMUTATIONS,
+    MINHASH_SEED,
+    MINHASH_SHINGLE,
+)
 
-EMBEDDED_INDEX = "kernelbench_index.npz"
+EMBEDDED_INDEX = "kernelbench_index.json.gz"
+INDEX_FORMAT = 2
 HUB_DATASET = "ScalingIntelligence/KernelBench"
 LEVELS = (1, 2, 3)
 
@@ -27,15 +43,19 @@ class ReferenceError_(ValueError):
     """The KernelBench reference cannot be read or has the wrong shape."""
 
 
-def model_class_code(source: str) -> str:
-    """The normalized `Model` class of a program (the whole program when it has no such class)."""
+def model_class_tree(source: str) -> ast.AST | None:
+    """The `Model` class of a program, or the whole module when it has none (None if it does not parse)."""
     node = model_class_node(source)
-    return normalize_code(node if node is not None else source)
+    if node is not None:
+        return node
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
 
 
-def signature(source: str) -> np.ndarray:
-    """MinHash signature of token shingles of the normalized `Model` class."""
-    tokens = code_tokens(model_class_code(source))
+def minhash_signature(tree: ast.AST | None) -> np.ndarray:
+    tokens = code_tokens(canonical_code(tree)) if tree is not None else []
     k = MINHASH_SHINGLE
     shingles = {" ".join(tokens[i : i + k]).encode() for i in range(max(1, len(tokens) - k + 1))}
     mh = MinHash(num_perm=MINHASH_PERMUTATIONS, seed=MINHASH_SEED)
@@ -44,31 +64,156 @@ def signature(source: str) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Fingerprint:
+    """What decontamination compares, for one program: two skeleton roots and a MinHash signature."""
+
+    raw_root: int | None  # the Model class as written (None: does not parse)
+    normalized_root: int | None  # the canonicalized Model class (no no-ops), nodes labeled by identifier
+    signature: np.ndarray
+
+
+def fingerprint(table: SkeletonTable, source: str) -> Fingerprint:
+    tree = model_class_tree(source)
+    if tree is None:
+        return Fingerprint(None, None, minhash_signature(None))
+    return Fingerprint(
+        table.from_ast(tree), table.from_ast(canonical_tree(tree), labeled=True), minhash_signature(tree)
+    )
+
+
+@dataclass
 class KernelBenchIndex:
-    """Names (`level2/12_Gemm_Multiply_LeakyReLU`) and MinHash signatures of the reference tasks."""
+    """Fingerprints of the reference tasks, named `level2/12_Gemm_Multiply_LeakyReLU`."""
 
     names: tuple[str, ...]
-    signatures: np.ndarray  # (len(names), MINHASH_PERMUTATIONS) uint64
+    signatures: np.ndarray  # (tasks, MINHASH_PERMUTATIONS) uint64
+    table: SkeletonTable
+    raw_roots: tuple[int, ...]
+    normalized_roots: tuple[int, ...]
+    raw_profiles: list[Profile] = field(init=False)
+    normalized_profiles: list[Profile] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.raw_profiles = [profile(self.table, r) for r in self.raw_roots]
+        self.normalized_profiles = [profile(self.table, r) for r in self.normalized_roots]
 
     @classmethod
     def from_tasks(cls, tasks: list[tuple[str, str]]) -> KernelBenchIndex:
         if not tasks:
             raise ReferenceError_("the KernelBench reference holds no tasks")
-        return cls(tuple(n for n, _ in tasks), np.stack([signature(code) for _, code in tasks]))
+        table = SkeletonTable()
+        prints = []
+        for name, code in tasks:
+            fp = fingerprint(table, code)
+            if fp.raw_root is None:
+                raise ReferenceError_(f"KernelBench task {name} does not parse")
+            prints.append(fp)
+        return cls(
+            names=tuple(n for n, _ in tasks),
+            signatures=np.stack([fp.signature for fp in prints]),
+            table=table,
+            raw_roots=tuple(fp.raw_root for fp in prints),
+            normalized_roots=tuple(fp.normalized_root for fp in prints),
+        )
 
-    def nearest(self, sig: np.ndarray) -> tuple[float, str]:
-        agreement = (self.signatures == sig[None, :]).mean(axis=1)
-        best = int(agreement.argmax())
-        return float(agreement[best]), self.names[best]
+    def to_json(self) -> dict:
+        return {
+            "format": INDEX_FORMAT,
+            "minhash": {"permutations": MINHASH_PERMUTATIONS, "seed": MINHASH_SEED, "shingle": MINHASH_SHINGLE},
+            "names": list(self.names),
+            "signatures": [[int(v) for v in row] for row in self.signatures],
+            "raw_skeletons": [self.table.to_preorder(r) for r in self.raw_roots],
+            "normalized_skeletons": [self.table.to_preorder(r) for r in self.normalized_roots],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> KernelBenchIndex:
+        wanted = {"permutations": MINHASH_PERMUTATIONS, "seed": MINHASH_SEED, "shingle": MINHASH_SHINGLE}
+        if data.get("format") != INDEX_FORMAT or data.get("minhash") != wanted:
+            raise ReferenceError_("the KernelBench index was built by another opsynth version; rebuild it")
+        table = SkeletonTable()
+        return cls(
+            names=tuple(data["names"]),
+            signatures=np.array(data["signatures"], dtype=np.uint64),
+            table=table,
+            raw_roots=tuple(table.from_preorder([tuple(x) for x in s]) for s in data["raw_skeletons"]),
+            normalized_roots=tuple(table.from_preorder([tuple(x) for x in s]) for s in data["normalized_skeletons"]),
+        )
 
     def save(self, path: Path) -> None:
-        with open(path, "wb") as f:
-            np.savez_compressed(f, names=np.array(self.names), signatures=self.signatures)
+        payload = json.dumps(self.to_json(), separators=(",", ":")).encode()
+        with open(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename="") as gz:
+            gz.write(payload)
 
     @classmethod
     def load(cls, path) -> KernelBenchIndex:
-        with np.load(path) as data:
-            return cls(tuple(str(n) for n in data["names"]), data["signatures"].astype(np.uint64))
+        with path.open("rb") as f, gzip.GzipFile(fileobj=f) as gz:
+            return cls.from_json(json.loads(gz.read()))
+
+
+@dataclass(frozen=True)
+class Similarity:
+    """The three signals of one program against the reference, and the task nearest by the paper's score."""
+
+    ast: float
+    ast_normalized: float
+    jaccard: float
+    nearest: str
+    nearest_normalized: str
+    nearest_jaccard: str
+
+    def measurements(self) -> dict:
+        return {
+            "kb_ast_similarity": self.ast,
+            "kb_ast_similarity_normalized": self.ast_normalized,
+            "kb_minhash_jaccard": self.jaccard,
+            "kb_nearest": self.nearest,
+        }
+
+
+def similarity(source: str, index: KernelBenchIndex) -> Similarity:
+    fp = fingerprint(index.table, source)
+    if fp.raw_root is None:
+        ast_score, ast_at, norm_score, norm_at = 0.0, 0, 0.0, 0
+    else:
+        ast_score, ast_at = best_match(index.table, profile(index.table, fp.raw_root), index.raw_profiles)
+        norm_score, norm_at = best_match(
+            index.table, profile(index.table, fp.normalized_root), index.normalized_profiles
+        )
+    agreement = (index.signatures == fp.signature[None, :]).mean(axis=1)
+    jaccard_at = int(agreement.argmax())
+    return Similarity(
+        ast=ast_score,
+        ast_normalized=norm_score,
+        jaccard=round(float(agreement[jaccard_at]), 4),
+        nearest=index.names[ast_at],
+        nearest_normalized=index.names[norm_at],
+        nearest_jaccard=index.names[jaccard_at],
+    )
+
+
+def near_duplicate_reason(s: Similarity, ast_threshold: float, jaccard_threshold: float) -> str | None:
+    """Why a task is a KernelBench near-duplicate, or None."""
+    if s.ast > ast_threshold:
+        return f"AST similarity {s.ast:.4f} > {ast_threshold} with {s.nearest}"
+    if s.ast_normalized > ast_threshold:
+        return f"normalized AST similarity {s.ast_normalized:.4f} > {ast_threshold} with {s.nearest_normalized}"
+    if s.jaccard > jaccard_threshold:
+        return f"MinHash Jaccard {s.jaccard:.4f} > {jaccard_threshold} with {s.nearest_jaccard}"
+    return None
+
+
+def decontaminate(
+    source: str,
+    index: KernelBenchIndex,
+    ast_threshold: float = AST_SIMILARITY_THRESHOLD,
+    jaccard_threshold: float = KERNELBENCH_JACCARD_THRESHOLD,
+) -> Verdict:
+    s = similarity(source, index)
+    why = near_duplicate_reason(s, ast_threshold, jaccard_threshold)
+    if why:
+        return Verdict(KERNELBENCH_NEAR_DUPLICATE, why, s.measurements())
+    return Verdict(KEEP, "", s.measurements())
 
 
 def tasks_from_parquet(path: Path) -> list[tuple[str, str]]:
@@ -118,11 +263,3 @@ def load_reference(spec: str) -> KernelBenchIndex:
     if path.is_file():
         return KernelBenchIndex.from_tasks(tasks_from_parquet(path))
     raise ReferenceError_(f"--kernelbench {spec}: no such file or folder (use embedded, hub, or a path)")
-
-
-def decontaminate(source: str, index: KernelBenchIndex, threshold: float = KERNELBENCH_JACCARD_THRESHOLD) -> Verdict:
-    jaccard, nearest = index.nearest(signature(source))
-    measurements = {"kb_minhash_jaccard": jaccard, "kb_nearest": nearest}
-    if jaccard > threshold:
-        return Verdict(KERNELBENCH_NEAR_DUPLICATE, f"MinHash Jaccard {jaccard:.3f} with {nearest}", measurements)
-    return Verdict(KEEP, "", measurements)

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA
 from outputs.shards import write_text_atomic
 
 LICENSE = "apache-2.0"
@@ -24,37 +29,51 @@ def size_category(n: int) -> str:
     return "1M<n<10M"
 
 
-def front_matter(stats: dict) -> str:
+HF_DTYPES = {pa.string(): "string", pa.int32(): "int32", pa.int64(): "int64", pa.float64(): "float64"}
+
+
+def split_info(paths: list[Path]) -> dict:
+    """Rows and sizes of one split, read from its written shards."""
+    metas = [pq.ParquetFile(p).metadata for p in paths]
+    return {
+        "num_examples": sum(m.num_rows for m in metas),
+        "num_bytes": sum(m.row_group(i).total_byte_size for m in metas for i in range(m.num_row_groups)),
+        "download_size": sum(p.stat().st_size for p in paths),
+    }
+
+
+def dataset_info(config_name: str, schema: pa.Schema, info: dict) -> dict:
+    # Besides describing the data, this block is what `datasets` hashes for a local folder with `configs`:
+    # without it, a regenerated folder (or another folder of the same name) would load from a stale cache.
+    return {
+        "config_name": config_name,
+        "features": [{"name": f.name, "dtype": HF_DTYPES[f.type]} for f in schema],
+        "splits": [{"name": "train", "num_bytes": info["num_bytes"], "num_examples": info["num_examples"]}],
+        "download_size": info["download_size"],
+        "dataset_size": info["num_bytes"],
+    }
+
+
+def front_matter(stats: dict, splits: dict[str, dict]) -> str:
+    """The YAML block the Hub reads: configs, licence, tags, sizes, and `dataset_info` per config."""
     cfg = stats["config"]
-    return "\n".join(
-        [
-            "---",
-            f"license: {LICENSE}",
-            f"pretty_name: opsynth {cfg['preset']} tasks (seed {cfg['seed']}, {stats['counts']['rows']} rows)",
-            "task_categories:",
-            "- text-generation",
-            "language:",
-            "- en",
-            "tags:",
-            "- cuda",
-            "- kernelbench",
-            "- code",
-            "- pytorch",
-            "- synthetic",
-            "size_categories:",
-            f"- {size_category(stats['counts']['rows'])}",
-            "configs:",
-            "- config_name: default",
-            "  data_files:",
-            "  - split: train",
-            "    path: data/train-*",
-            "- config_name: rejected",
-            "  data_files:",
-            "  - split: train",
-            "    path: rejected/rejected-*",
-            "---",
-        ]
-    )
+    meta = {
+        "license": LICENSE,
+        "pretty_name": f"opsynth {cfg['preset']} tasks (seed {cfg['seed']}, {stats['counts']['rows']} rows)",
+        "task_categories": ["text-generation"],
+        "language": ["en"],
+        "tags": ["cuda", "kernelbench", "code", "pytorch", "synthetic"],
+        "size_categories": [size_category(stats["counts"]["rows"])],
+        "configs": [
+            {"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"}]},
+            {"config_name": "rejected", "data_files": [{"split": "train", "path": "rejected/rejected-*"}]},
+        ],
+        "dataset_info": [
+            dataset_info("default", TASK_SCHEMA, splits["default"]),
+            dataset_info("rejected", REJECTED_SCHEMA, splits["rejected"]),
+        ],
+    }
+    return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---"
 
 
 def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
@@ -63,11 +82,11 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
     return lines
 
 
-def render_card(stats: dict) -> str:
+def render_card(stats: dict, splits: dict[str, dict]) -> str:
     cfg = stats["config"]
     counts = stats["counts"]
     rows = counts["rows"]
-    lines = [front_matter(stats), "", f"# {cfg['preset']} tasks made by opsynth", ""]
+    lines = [front_matter(stats, splits), "", f"# {cfg['preset']} tasks made by opsynth", ""]
     lines += [
         f"{rows} KernelBench-style PyTorch tasks for training agents that write CUDA kernels. Each row is a",
         "program with `class Model(nn.Module)`, `get_inputs()` and `get_init_inputs()` that fuses up to five",
@@ -97,6 +116,7 @@ def render_card(stats: dict) -> str:
             ("eager runtime window", f"[{window[0]}, {window[1]}] ms"),
             ("torch.compile check", "on" if cfg["compile_check"] else "off"),
             ("KernelBench reference", cfg["kernelbench"]),
+            ("KernelBench AST similarity threshold", cfg["similarity_threshold"]),
             ("MinHash Jaccard threshold", cfg["jaccard_threshold"]),
             ("generator", stats["versions"]["opsynth"]),
             ("torch", stats["versions"]["torch"]),
@@ -135,8 +155,9 @@ def render_card(stats: dict) -> str:
         "",
         "`ops`, `data_source` and `code` are the columns of CUDA-Agent-Ops-6K, unchanged. `id` is a hash of",
         "`code`; `num_ops` the operator count; `input_shapes` the shapes and dtypes of `get_inputs()`;",
-        "`eager_ms` / `compile_ms` the median forward times on `device_name`; `kb_minhash_jaccard` and",
-        "`kb_nearest` the nearest KernelBench level 1-3 task; `seed` the candidate seed; `generator_version`.",
+        "`eager_ms` / `compile_ms` the median forward times on `device_name`; `kb_ast_similarity` (the",
+        "paper's score), `kb_ast_similarity_normalized`, `kb_minhash_jaccard` and `kb_nearest` compare the",
+        "Model class with KernelBench levels 1-3; `seed` is the candidate seed; `generator_version`.",
         "",
         "## Citation",
         "",
@@ -148,5 +169,5 @@ def render_card(stats: dict) -> str:
     return "\n".join(lines)
 
 
-def write_card(path: Path, stats: dict) -> None:
-    write_text_atomic(path, render_card(stats))
+def write_card(path: Path, stats: dict, splits: dict[str, dict]) -> None:
+    write_text_atomic(path, render_card(stats, splits))

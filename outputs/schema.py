@@ -22,8 +22,10 @@ TASK_SCHEMA = pa.schema(
         pa.field("eager_ms", pa.float64()),  # median eager forward time on device_name
         pa.field("compile_ms", pa.float64()),  # the same under torch.compile; null without the compile check
         pa.field("device_name", pa.string()),
+        pa.field("kb_ast_similarity", pa.float64()),  # max AST similarity to KernelBench levels 1-3 (the paper's)
+        pa.field("kb_ast_similarity_normalized", pa.float64()),  # the same on the normalized Model class
         pa.field("kb_minhash_jaccard", pa.float64()),  # max MinHash Jaccard to KernelBench levels 1-3
-        pa.field("kb_nearest", pa.string()),  # the KernelBench task it is nearest to
+        pa.field("kb_nearest", pa.string()),  # the KernelBench task nearest by the paper's score
         pa.field("seed", pa.int64(), nullable=False),  # the candidate seed that produced the row
         pa.field("generator_version", pa.string(), nullable=False),
     ]
@@ -56,6 +58,8 @@ def task_row(c: Candidate, generator_version: str) -> dict:
         "eager_ms": m.get("eager_ms"),
         "compile_ms": m.get("compile_ms"),
         "device_name": m.get("device_name"),
+        "kb_ast_similarity": m.get("kb_ast_similarity"),
+        "kb_ast_similarity_normalized": m.get("kb_ast_similarity_normalized"),
         "kb_minhash_jaccard": m.get("kb_minhash_jaccard"),
         "kb_nearest": m.get("kb_nearest"),
         "seed": c.seed,

@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from pipeline.config import DEFAULT_PRESET, KERNELBENCH_JACCARD_THRESHOLD, WORKLOADS
+from pipeline.config import AST_SIMILARITY_THRESHOLD, DEFAULT_PRESET, KERNELBENCH_JACCARD_THRESHOLD, WORKLOADS
 from pipeline.errors import OpsynthError, UsageError
 
 GENERATE_EXAMPLES = """examples:
@@ -49,6 +49,11 @@ def _add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime-window-ms", metavar="LO,HI", help="eager time window (default: the workload's)")
     p.add_argument("--timeout-s", type=float, help="per-task execution time limit (default: the workload's)")
     p.add_argument("--no-compile-check", action="store_true", help="skip the torch.compile run and comparison")
+    p.add_argument("--workers", type=int, help="execution worker processes (default: cores on CPU, 2 per GPU)")
+    _add_decontamination_args(p)
+
+
+def _add_decontamination_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kernelbench",
         default="embedded",
@@ -61,7 +66,13 @@ def _add_execution_args(p: argparse.ArgumentParser) -> None:
         default=KERNELBENCH_JACCARD_THRESHOLD,
         help="MinHash Jaccard above which a task is a KernelBench near-duplicate (default %(default)s)",
     )
-    p.add_argument("--workers", type=int, help="execution worker processes (default: cores on CPU, 2 per GPU)")
+    p.add_argument(
+        "--similarity-threshold",
+        type=float,
+        default=AST_SIMILARITY_THRESHOLD,
+        help="AST similarity (the paper's, or on normalized code) above which a task is a KernelBench "
+        "near-duplicate (default %(default)s)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("input", help="a .py task, a folder of them, or a Parquet file with a `code` column")
     val.add_argument("--report", help="write one JSON line per task to this file")
     _add_execution_args(val)
+
+    sim = sub.add_parser(
+        "similarity",
+        help="KernelBench similarity of tasks: the paper's AST score, the normalized one, MinHash Jaccard",
+        epilog="examples:\n  opsynth similarity task.py\n  opsynth similarity train.parquet --report sims.jsonl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sim.add_argument("input", help="a .py task, a folder of them, or a Parquet file with a `code` column")
+    sim.add_argument("--report", help="write one JSON line per task to this file")
+    _add_decontamination_args(sim)
 
     cat = sub.add_parser(
         "catalog",
@@ -142,8 +163,6 @@ def _execution_settings(args) -> dict:
     workload = check_workload(args.workload or ("gpu" if device == "cuda" else "tiny"))
     wl = WORKLOADS[workload]
     window = parse_window(args.runtime_window_ms) if args.runtime_window_ms else wl.runtime_window_ms
-    if not 0.0 <= args.jaccard_threshold <= 1.0:
-        raise UsageError(f"--jaccard-threshold must lie in [0, 1], got {args.jaccard_threshold}")
     workers = _positive("--workers", args.workers) or _default_workers(device)
     return {
         "device": device,
@@ -151,9 +170,21 @@ def _execution_settings(args) -> dict:
         "runtime_window_ms": window,
         "timeout_s": _positive("--timeout-s", args.timeout_s, float) or wl.timeout_s,
         "compile_check": not args.no_compile_check,
-        "kernelbench": args.kernelbench,
-        "jaccard_threshold": args.jaccard_threshold,
         "workers": workers,
+        **_decontamination_settings(args),
+    }
+
+
+def _decontamination_settings(args) -> dict:
+    for name in ("similarity_threshold", "jaccard_threshold"):
+        value = getattr(args, name)
+        if not 0.0 <= value <= 1.0:
+            raise UsageError(f"--{name.replace('_', '-')} must lie in [0, 1], got {value}")
+    _check_kernelbench(args.kernelbench)
+    return {
+        "kernelbench": args.kernelbench,
+        "similarity_threshold": args.similarity_threshold,
+        "jaccard_threshold": args.jaccard_threshold,
     }
 
 
@@ -196,7 +227,6 @@ def cmd_generate(args, extra: list[str]) -> int:
     num_samples = _positive("--num-samples", args.num_samples) or preset["num_samples"]
     mixture = parse_mixture(args.mixture) if args.mixture is not None else dict(preset["mixture"])
     settings = _execution_settings(args)
-    _check_kernelbench(settings["kernelbench"])
     batch_size = _positive("--batch-size", args.batch_size) or 4 * settings["workers"]
     options = GenerateOptions(
         out=args.out,
@@ -218,7 +248,6 @@ def cmd_validate(args) -> int:
 
     tasks = read_tasks(args.input)
     s = _execution_settings(args)
-    _check_kernelbench(s["kernelbench"])
     warmup, iters = TIMING[s["device"]]
     execution = ExecutionConfig(
         device=s["device"],
@@ -229,13 +258,30 @@ def cmd_validate(args) -> int:
         iters=iters,
         workers=s["workers"],
     )
-    results = validate_tasks(tasks, execution, s["kernelbench"], s["jaccard_threshold"])
+    results = validate_tasks(tasks, execution, s["kernelbench"], s["similarity_threshold"], s["jaccard_threshold"])
+    if args.report:
+        write_report(args.report, results)
     for r in results:
         detail = f"  ({r.verdict.detail})" if r.verdict.detail else ""
         print(f"{r.task}: {r.verdict.reason}{detail}")
     print(summarize(results))
+    return 0
+
+
+def cmd_similarity(args) -> int:
+    from pipeline.similarity import similarity_report
+
+    settings = _decontamination_settings(args)
+    lines, summary = similarity_report(args.input, **settings)
     if args.report:
-        write_report(args.report, results)
+        from pathlib import Path
+
+        from outputs.shards import write_text_atomic
+
+        write_text_atomic(Path(args.report), "".join(json.dumps(line) + "\n" for line in lines))
+    for line in lines:
+        print(json.dumps(line))
+    print(summary, file=sys.stderr)
     return 0
 
 
@@ -315,6 +361,8 @@ def run(argv: list[str]) -> int:
         return cmd_validate(args)
     if args.command == "catalog":
         return cmd_catalog(args)
+    if args.command == "similarity":
+        return cmd_similarity(args)
     return cmd_reference(args)
 
 
@@ -340,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"opsynth: error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error. Point stdout at devnull so the exit flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("opsynth: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -66,8 +66,9 @@ TIMING = {"cuda": (5, 10), "cpu": (2, 5)}
 MINHASH_PERMUTATIONS = 128
 MINHASH_SHINGLE = 3
 MINHASH_SEED = 1
+AST_SIMILARITY_THRESHOLD = 0.9  # the paper: drop a task whose AST similarity to a KernelBench task exceeds this
 # A task whose Model class has this estimated Jaccard with a KernelBench Model class is a near-duplicate.
-KERNELBENCH_JACCARD_THRESHOLD = 0.8
+KERNELBENCH_JACCARD_THRESHOLD = 0.85
 
 # Composition.
 MAX_OPS = 5

@@ -52,7 +52,7 @@ def build_round(
     composed = p | "CandidateSpecs" >> beam.Create(specs) | "ComposeCandidates" >> ComposeCandidates(workload)
     shaped = composed[KEPT] | "CheckShapes" >> CheckShapes()
     clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
-        options.kernelbench, options.jaccard_threshold
+        options.kernelbench, options.similarity_threshold, options.jaccard_threshold
     )
     unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(seen_keys)
     executed = unique[KEPT] | "ExecuteCandidates" >> ExecuteCandidates(execution, options.batch_size)

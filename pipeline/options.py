@@ -23,6 +23,7 @@ class GenerateOptions:
     workload: str  # tiny or gpu
     runtime_window_ms: tuple[float, float]
     kernelbench: str  # embedded, hub, or a path
+    similarity_threshold: float  # AST similarity (raw or normalized) above which a task is a near-duplicate
     jaccard_threshold: float  # MinHash Jaccard above which a task is a KernelBench near-duplicate
     compile_check: bool
     timeout_s: float  # per-candidate execution limit

@@ -22,7 +22,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from filters.execution import ExecutionConfig, device_name
 from operator_catalog import catalog_version
 from operator_catalog.registry import sampleable
-from outputs.card import write_card
+from outputs.card import split_info, write_card
 from outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
 from outputs.shards import write_shards, write_text_atomic
 from outputs.stats import build_stats
@@ -205,16 +205,11 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         selected.extend(sorted(accepted[source], key=lambda c: c.index)[:n])
     selected.sort(key=lambda c: c.id)
     version = generator_version()
-    write_shards(
-        [task_row(c, version) for c in selected],
-        TASK_SCHEMA,
-        out / "data",
-        "train",
-        MAX_ROWS_PER_SHARD,
-        ROW_GROUP_ROWS,
+    task_shards = write_shards(
+        [task_row(c, version) for c in selected], TASK_SCHEMA, out / "data", "train", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS
     )
     rejected_sorted = sorted(rejections, key=lambda x: x.candidate.order)
-    write_shards(
+    rejected_shards = write_shards(
         [rejected_row(x) for x in rejected_sorted],
         REJECTED_SCHEMA,
         out / "rejected",
@@ -233,7 +228,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         device=device_name(options.device),
         generator_version=version,
     )
-    write_card(out / "README.md", stats)
+    write_card(out / "README.md", stats, {"default": split_info(task_shards), "rejected": split_info(rejected_shards)})
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=2, sort_keys=True))
     log(f"wrote {len(selected)} rows to {out / 'data'}; funnel and settings in {out / 'stats.json'}")
     return RunResult(out, len(selected), stats)

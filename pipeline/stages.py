@@ -97,30 +97,29 @@ class CheckShapes(beam.PTransform):
 
 
 class _DecontaminateFn(beam.DoFn):
-    def __init__(self, reference: str, threshold: float):
+    def __init__(self, reference: str, ast_threshold: float, jaccard_threshold: float):
         self.reference = reference
-        self.threshold = threshold
+        self.ast_threshold = ast_threshold
+        self.jaccard_threshold = jaccard_threshold
         self.index = None
 
     def setup(self) -> None:
         self.index = load_reference(self.reference)
 
     def process(self, candidate: Candidate) -> Iterator:
-        yield from route(candidate, decontaminate(candidate.code, self.index, self.threshold), "decontaminate")
+        verdict = decontaminate(candidate.code, self.index, self.ast_threshold, self.jaccard_threshold)
+        yield from route(candidate, verdict, "decontaminate")
 
 
 class DecontaminateAgainstKernelBench(beam.PTransform):
     """Drop candidates whose Model class is a near-duplicate of a KernelBench level 1-3 task."""
 
-    def __init__(self, reference: str, threshold: float):
+    def __init__(self, reference: str, ast_threshold: float, jaccard_threshold: float):
         super().__init__()
-        self.reference = reference
-        self.threshold = threshold
+        self.fn = _DecontaminateFn(reference, ast_threshold, jaccard_threshold)
 
     def expand(self, candidates):
-        return candidates | beam.ParDo(_DecontaminateFn(self.reference, self.threshold)).with_outputs(
-            REJECTED, main=KEPT
-        )
+        return candidates | beam.ParDo(self.fn).with_outputs(REJECTED, main=KEPT)
 
 
 class _DedupGroupFn(beam.DoFn):

@@ -64,7 +64,11 @@ def read_tasks(input_path: str) -> list[tuple[str, str]]:
 
 
 def validate_tasks(
-    tasks: list[tuple[str, str]], execution: ExecutionConfig, kernelbench: str, jaccard_threshold: float
+    tasks: list[tuple[str, str]],
+    execution: ExecutionConfig,
+    kernelbench: str,
+    similarity_threshold: float,
+    jaccard_threshold: float,
 ) -> list[TaskResult]:
     index = load_reference(kernelbench)
     verdicts: dict[int, Verdict] = {}
@@ -75,7 +79,7 @@ def validate_tasks(
         if not shape.kept:
             verdicts[i] = shape
             continue
-        clean = decontaminate(source, index, jaccard_threshold)
+        clean = decontaminate(source, index, similarity_threshold, jaccard_threshold)
         measured[i] = clean.measurements
         if not clean.kept:
             verdicts[i] = clean

@@ -9,7 +9,8 @@ from outputs.shards import shard_name, write_shards
 def _rows(n):
     return [
         {"ops": '["torch.relu"]', "data_source": "torch#1", "code": f"# {i}", "id": f"{i:016x}", "num_ops": 1,
-         "input_shapes": "[]", "eager_ms": 1.0, "compile_ms": None, "device_name": "cpu", "kb_minhash_jaccard": 0.1,
+         "input_shapes": "[]", "eager_ms": 1.0, "compile_ms": None, "device_name": "cpu", "kb_ast_similarity": 0.3,
+         "kb_ast_similarity_normalized": 0.4, "kb_minhash_jaccard": 0.1,
          "kb_nearest": "level1/1_x", "seed": i, "generator_version": "t"}
         for i in range(n)
     ]  # fmt: skip
@@ -37,15 +38,46 @@ def test_empty_split_still_has_one_readable_shard(tmp_path):
 def test_card_front_matter_is_hub_yaml():
     stats = {
         "config": {"preset": "ops6k", "seed": 1, "workload": "tiny", "runtime_window_ms": [0.1, 5.0],
-                   "compile_check": True, "kernelbench": "embedded", "jaccard_threshold": 0.8},
+                   "compile_check": True, "kernelbench": "embedded", "similarity_threshold": 0.9,
+                   "jaccard_threshold": 0.85},
         "counts": {"rows": 1500, "candidates": 1800, "accepted": 1600},
         "device": "cpu", "versions": {"opsynth": "x", "torch": "2.13"},
         "rows_per_data_source": {"torch#1": 1500}, "released_mixture_percent": {"torch#1": 3.4},
         "funnel": {"execute": {"in": 1800, "kept": 1600, "dropped": {"timeout": 200}}},
     }  # fmt: skip
-    card = render_card(stats)
+    info = {"num_examples": 1500, "num_bytes": 10_000, "download_size": 4_000}
+    card = render_card(stats, {"default": info, "rejected": {**info, "num_examples": 300}})
     meta = yaml.safe_load(card.split("---")[1])
     assert meta["license"] and meta["size_categories"] == ["1K<n<10K"] and "cuda" in meta["tags"]
     assert [c["config_name"] for c in meta["configs"]] == ["default", "rejected"]
+    default_info = meta["dataset_info"][0]
+    assert [f["name"] for f in default_info["features"]][:3] == ["ops", "data_source", "code"]
+    assert default_info["splits"] == [{"name": "train", "num_bytes": 10_000, "num_examples": 1500}]
     assert "timeout: 200" in card and "arXiv:2602.24286" in card
     assert size_category(999) == "n<1K" and size_category(10_000) == "10K<n<100K"
+
+
+def test_two_folders_of_the_same_name_do_not_share_a_datasets_cache(tmp_path):
+    from datasets import load_dataset
+
+    from outputs.card import split_info
+    from outputs.schema import REJECTED_SCHEMA
+    from outputs.shards import write_text_atomic
+
+    stats = {
+        "config": {"preset": "ops6k", "seed": 1, "workload": "tiny", "runtime_window_ms": [0.1, 5.0],
+                   "compile_check": True, "kernelbench": "embedded", "similarity_threshold": 0.9,
+                   "jaccard_threshold": 0.85},
+        "counts": {"rows": 0, "candidates": 0, "accepted": 0}, "device": "cpu",
+        "versions": {"opsynth": "x", "torch": "2.13"}, "rows_per_data_source": {}, "released_mixture_percent": {},
+        "funnel": {},
+    }  # fmt: skip
+    lengths = []
+    for parent, n in (("first", 3), ("second", 7)):
+        folder = tmp_path / parent / "out"
+        tasks = write_shards(_rows(n), TASK_SCHEMA, folder / "data", "train", 10, 4)
+        rejected = write_shards([], REJECTED_SCHEMA, folder / "rejected", "rejected", 10, 4)
+        card = render_card(stats, {"default": split_info(tasks), "rejected": split_info(rejected)})
+        write_text_atomic(folder / "README.md", card)
+        lengths.append(len(load_dataset(str(folder), split="train")))
+    assert lengths == [3, 7]

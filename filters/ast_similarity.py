@@ -1,0 +1,208 @@
+"""Structural AST similarity with the scores of continuous-eval's `PythonASTSimilarity`, made fast.
+
+The metric looks only at node types and child counts, so it runs on type-only skeletons: identical structures
+are interned once in a `SkeletonTable`, their pairwise match is memoised, and the per-reference work is done
+once. The maximum over a reference set is found exactly by branch and bound on an upper bound from subtree
+sizes, so it equals brute force.
+
+The metric, restated: the significant subtrees (imports, functions, ifs, classes, loops, comprehensions,
+returns) of two programs are matched one to one maximising the number of matching nodes; two nodes match
+when their types are equal and, recursively, their children can be matched one to one (children reordered
+freely, counts equal). The score is 2 x (matched nodes, weighted by root type) / (all nodes, weighted).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+# The field that names a node, for labeled skeletons: Name.id, Attribute.attr, arg.arg, keyword.arg, ...
+LABEL_FIELDS = ("id", "attr", "arg", "name")
+SIGNIFICANT = frozenset({"Import", "FunctionDef", "If", "ClassDef", "While", "For", "comprehension", "Return"})
+ROOT_WEIGHT = {"Import": 0.3, "FunctionDef": 1.2, "If": 0.5}  # every other significant type weighs 1
+DECIMALS = 4  # the metric rounds its score
+MEMO_LIMIT = 2_000_000  # pairwise matches kept before the memo is cleared
+
+
+def _best_assignment(matrix: list[list[int]]) -> int:
+    """Maximum total of a one-to-one assignment of rows to columns (rectangular allowed)."""
+    rows, cols = len(matrix), len(matrix[0])
+    if rows == 1:
+        return max(matrix[0])
+    if cols == 1:
+        return max(r[0] for r in matrix)
+    if rows == cols == 2:
+        return max(matrix[0][0] + matrix[1][1], matrix[0][1] + matrix[1][0])
+    if rows == cols == 3:
+        return max(sum(matrix[i][p[i]] for i in range(3)) for p in itertools.permutations(range(3)))
+    m = np.asarray(matrix)
+    r, c = linear_sum_assignment(m, maximize=True)
+    return int(m[r, c].sum())
+
+
+class SkeletonTable:
+    """Interned type-only trees: an id per distinct structure, with its type, children and size."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[str, tuple[int, ...]], int] = {}
+        self.kind: list[str] = []
+        self.children: list[tuple[int, ...]] = []
+        self.size: list[int] = []
+        self._memo: dict[tuple[int, int], int] = {}
+
+    def intern(self, kind: str, children: tuple[int, ...]) -> int:
+        key = (kind, children)
+        found = self._ids.get(key)
+        if found is not None:
+            return found
+        new = len(self.kind)
+        self._ids[key] = new
+        self.kind.append(kind)
+        self.children.append(children)
+        self.size.append(1 + sum(self.size[c] for c in children))
+        return new
+
+    def from_ast(self, node: ast.AST, labeled: bool = False) -> int:
+        """The node's skeleton; `labeled` refines each type by its identifier (`Attribute:BatchNorm2d`)."""
+        children = tuple(self.from_ast(child, labeled) for child in ast.iter_child_nodes(node))
+        kind = type(node).__name__
+        if labeled:
+            label = next((getattr(node, f) for f in LABEL_FIELDS if isinstance(getattr(node, f, None), str)), None)
+            kind = f"{kind}:{label}" if label is not None else kind
+        return self.intern(kind, children)
+
+    def to_preorder(self, root: int) -> list[tuple[str, int]]:
+        """(type, child count) in preorder: enough to rebuild the structure, and nothing else."""
+        out = []
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            out.append((self.kind[node], len(self.children[node])))
+            stack.extend(reversed(self.children[node]))
+        return out
+
+    def from_preorder(self, items: list[tuple[str, int]]) -> int:
+        position = 0
+
+        def build() -> int:
+            nonlocal position
+            kind, count = items[position]
+            position += 1
+            return self.intern(kind, tuple(build() for _ in range(count)))
+
+        return build()
+
+    def root_type(self, node: int) -> str:
+        return self.kind[node].split(":", 1)[0]
+
+    def significant(self, root: int) -> list[int]:
+        """Significant subtrees in `ast.walk` order (breadth first)."""
+        found, queue, head = [], [root], 0
+        while head < len(queue):
+            node = queue[head]
+            head += 1
+            if self.root_type(node) in SIGNIFICANT:
+                found.append(node)
+            queue.extend(self.children[node])
+        return found
+
+    def match(self, a: int, b: int) -> int:
+        """Matching nodes of two trees (continuous-eval's `_compare_ASTs` with unlimited reordering)."""
+        if a == b:
+            return self.size[a]
+        key = (a, b) if a < b else (b, a)
+        found = self._memo.get(key)
+        if found is not None:
+            return found
+        ca, cb = self.children[a], self.children[b]
+        if self.kind[a] != self.kind[b] or len(ca) != len(cb):
+            value = 0
+        elif not ca:
+            value = 1
+        elif len(ca) == 1:
+            value = self.match(ca[0], cb[0]) + 1
+        else:
+            value = _best_assignment([[self.match(x, y) for y in cb] for x in ca]) + 1
+        if len(self._memo) >= MEMO_LIMIT:
+            self._memo.clear()
+        self._memo[key] = value
+        return value
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One program's significant subtrees, grouped for scoring and bounding."""
+
+    subtrees: tuple[int, ...]
+    total_weight: float  # sum of size x root weight over the subtrees
+    by_kind: dict[str, tuple[int, ...]]  # type -> subtree ids
+    sizes_by_shape: dict[tuple[str, int], tuple[int, ...]]  # (type, child count) -> sizes, descending
+
+
+def profile(table: SkeletonTable, root: int) -> Profile:
+    subtrees = tuple(table.significant(root))
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    by_shape: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for s in subtrees:
+        by_kind[table.kind[s]].append(s)
+        by_shape[(table.kind[s], len(table.children[s]))].append(table.size[s])
+    total = sum(table.size[s] * ROOT_WEIGHT.get(table.root_type(s), 1.0) for s in subtrees)
+    return Profile(
+        subtrees,
+        total,
+        {k: tuple(v) for k, v in by_kind.items()},
+        {k: tuple(sorted(v, reverse=True)) for k, v in by_shape.items()},
+    )
+
+
+def score(table: SkeletonTable, p: Profile, q: Profile) -> float:
+    """The metric's score of two programs (0 when either has at most one significant subtree, as there)."""
+    if len(p.subtrees) <= 1 or len(q.subtrees) <= 1:
+        return 0.0
+    # Subtrees of different types never match, so the optimal assignment decomposes by root type.
+    weighted = 0.0
+    for kind, mine in p.by_kind.items():
+        theirs = q.by_kind.get(kind)
+        if theirs:
+            best = _best_assignment([[table.match(a, b) for b in theirs] for a in mine])
+            weighted += ROOT_WEIGHT.get(kind.split(":", 1)[0], 1.0) * best
+    return round(2 * weighted / (p.total_weight + q.total_weight), DECIMALS)
+
+
+def upper_bound(p: Profile, q: Profile) -> float:
+    """A score no assignment can beat: matches happen only between equal (type, child count) roots and
+    never exceed the smaller tree; pairing sizes in descending order maximises the sum of minima."""
+    if len(p.subtrees) <= 1 or len(q.subtrees) <= 1:
+        return 0.0
+    weighted = 0.0
+    for shape, mine in p.sizes_by_shape.items():
+        theirs = q.sizes_by_shape.get(shape)
+        if theirs:
+            weighted += ROOT_WEIGHT.get(shape[0].split(":", 1)[0], 1.0) * sum(
+                min(a, b) for a, b in zip(mine, theirs, strict=False)
+            )
+    return round(2 * weighted / (p.total_weight + q.total_weight), DECIMALS)
+
+
+def best_match(table: SkeletonTable, p: Profile, references: list[Profile]) -> tuple[float, int]:
+    """(maximum score, index of the first reference reaching it): exactly brute force, with pruning."""
+    bounds = [upper_bound(p, r) for r in references]
+    best_score, best_index = -1.0, -1
+    for i in sorted(range(len(references)), key=lambda j: (-bounds[j], j)):
+        if bounds[i] < best_score or (bounds[i] == best_score and i > best_index):
+            break
+        s = score(table, p, references[i])
+        if s > best_score or (s == best_score and i < best_index):
+            best_score, best_index = s, i
+    return best_score, best_index
+
+
+def brute_force(table: SkeletonTable, p: Profile, references: list[Profile]) -> tuple[float, int]:
+    scores = [score(table, p, r) for r in references]
+    best = max(scores)
+    return best, scores.index(best)
