@@ -1,17 +1,26 @@
-"""Within-set dedup: no two candidates with the same normalized code.
+"""Within-set dedup: exact duplicates, near-duplicates, and repeats of one operator graph.
 
-The key is a hash of the normalized program, so candidates that differ only in comments, docstrings or
-layout collide; of each group the candidate that comes first in the run's order is kept.
+Exact duplicates (same normalized program) are dropped before execution. Near-duplicates (MinHash-LSH over
+token 3-grams of the normalized program) and rows beyond a cap per operator graph (a networkx graph hash)
+are dropped by the selection, in the run's order, so the dataset does not depend on how rounds split the
+candidates. All of it is linear in the number of candidates: no pairwise comparison of the whole set.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter
 from collections.abc import Iterable
 from typing import TypeVar
 
-from filters.normalize import content_hash, normalize_code
+import networkx as nx
+from datasketch import MinHash, MinHashLSH
+
+from filters.normalize import code_tokens, content_hash, normalize_code
 
 T = TypeVar("T")
+SHINGLE = 3
+PERMUTATIONS = 128
 
 
 def dedup_key(source: str) -> str:
@@ -24,3 +33,51 @@ def split_group(members: Iterable[T], order_key, already_seen: bool) -> tuple[T 
     if already_seen:
         return None, ordered
     return ordered[0], ordered[1:]
+
+
+def program_minhash(source: str) -> MinHash:
+    tokens = code_tokens(normalize_code(source))
+    shingles = {" ".join(tokens[i : i + SHINGLE]).encode() for i in range(max(1, len(tokens) - SHINGLE + 1))}
+    mh = MinHash(num_perm=PERMUTATIONS, seed=7)
+    mh.update_batch(sorted(shingles))
+    return mh
+
+
+def op_graph_hash(ops: Iterable[str]) -> str:
+    """Weisfeiler-Lehman hash of the operator chain: equal for tasks that apply the same operators in order."""
+    graph = nx.DiGraph()
+    ops = list(ops)
+    for i, op in enumerate(ops):
+        graph.add_node(i, op=op)
+        if i:
+            graph.add_edge(i - 1, i)
+    with warnings.catch_warnings():
+        # networkx >= 3.5 (required) hashes directed graphs one fixed way; it warns that older versions differed.
+        warnings.filterwarnings("ignore", message="The hashes produced for directed graphs changed")
+        return nx.weisfeiler_lehman_graph_hash(graph, node_attr="op")
+
+
+class WithinSetFilter:
+    """Admits candidates in order, refusing near-duplicates of earlier ones and graphs past their cap."""
+
+    def __init__(self, jaccard_threshold: float, max_per_graph: int):
+        self.lsh = MinHashLSH(threshold=jaccard_threshold, num_perm=PERMUTATIONS)
+        self.jaccard_threshold = jaccard_threshold
+        self.max_per_graph = max_per_graph
+        self.graphs: Counter = Counter()
+        self.signatures: dict[str, MinHash] = {}
+
+    def admit(self, key: str, source: str, ops: Iterable[str]) -> str | None:
+        """None if admitted (and remembered); else why not."""
+        graph = op_graph_hash(ops)
+        if self.graphs[graph] >= self.max_per_graph:
+            return f"operator graph already in {self.max_per_graph} rows"
+        signature = program_minhash(source)
+        for other in sorted(self.lsh.query(signature)):
+            similarity = signature.jaccard(self.signatures[other])
+            if similarity >= self.jaccard_threshold:
+                return f"near-duplicate of {other} (MinHash Jaccard {similarity:.2f})"
+        self.lsh.insert(key, signature)
+        self.signatures[key] = signature
+        self.graphs[graph] += 1
+        return None

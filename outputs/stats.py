@@ -1,7 +1,8 @@
 """`stats.json`: the run's config, versions, device, the funnel per stage and reason, and timings.
 
 Names are fixed so that tools can read them across runs: `counts.candidates`, `counts.rows`,
-`funnel[stage].{in,kept,dropped}`, `dropped_by_reason`.
+`funnel[stage].{in,kept,dropped}`, `dropped_by_reason`. `accepted` counts candidates that passed every filter;
+the selection then skips near-duplicates and repeated operator graphs and stops at the quota.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pipeline.config import OPS6K_MIXTURE
 from pipeline.options import GenerateOptions
 from pipeline.records import Candidate, Rejection
 
-STAGES = ("compose", "shape_check", "decontaminate", "dedup", "execute")
+STAGES = ("compose", "shape_check", "decontaminate", "dedup", "execute", "select")
 
 
 def _versions(generator_version: str) -> dict:
@@ -41,7 +42,7 @@ def build_stats(
     device: str,
     generator_version: str,
 ) -> dict:
-    candidates = accepted_total + len(rejections)
+    candidates = sum(r["candidates"] for r in rounds)
     by_stage: dict[str, Counter] = {s: Counter() for s in STAGES}
     for r in rejections:
         by_stage[r.stage][r.reason] += 1
@@ -65,7 +66,7 @@ def build_stats(
             "candidates": candidates,
             "accepted": accepted_total,
             "rows": len(selected),
-            "accepted_not_selected": accepted_total - len(selected),
+            "accepted_not_selected": accepted_total - len(selected) - sum(by_stage["select"].values()),
             "rejected": len(rejections),
         },
         "funnel": funnel,

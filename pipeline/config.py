@@ -70,6 +70,10 @@ AST_SIMILARITY_THRESHOLD = 0.9  # the paper: drop a task whose AST similarity to
 # A task whose Model class has this estimated Jaccard with a KernelBench Model class is a near-duplicate.
 KERNELBENCH_JACCARD_THRESHOLD = 0.85
 
+# Within-set dedup: near-duplicate programs and repeats of one operator graph.
+NEAR_DUPLICATE_JACCARD = 0.9  # MinHash Jaccard of normalized programs at which a later task is a near-duplicate
+MAX_ROWS_PER_OP_GRAPH = 3  # rows that may share one ordered operator list
+
 # Composition.
 MAX_OPS = 5
 COMPOSE_ATTEMPTS = 64  # tries at one candidate's chain before it is dropped as a shape_error

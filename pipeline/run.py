@@ -38,6 +38,7 @@ from pipeline.errors import OpsynthError, UsageError
 from pipeline.graph import build_round
 from pipeline.options import GenerateOptions, quotas
 from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
+from pipeline.selection import select
 
 STATE_DIR = ".opsynth"
 CONFIG_FILE = "config.json"
@@ -105,15 +106,15 @@ def _read_jsonl(pattern: str) -> list[dict]:
     return rows
 
 
-def _plan_round(quota: dict[str, int], accepted: dict[str, list], tried: Counter) -> dict[str, int]:
-    """Candidates to make per data source: the missing rows over the acceptance rate seen so far, padded."""
+def _plan_round(quota: dict[str, int], selected: dict[str, list], tried: Counter) -> dict[str, int]:
+    """Candidates to make per data source: the missing rows over the yield seen so far, padded."""
     plan = {}
     for source, want in quota.items():
-        missing = want - len(accepted[source])
+        missing = want - len(selected[source])
         if missing <= 0:
             continue
-        if accepted[source]:
-            rate = len(accepted[source]) / tried[source]
+        if selected[source]:
+            rate = len(selected[source]) / tried[source]
         elif tried[source]:
             rate = 1.0 / (2 * tried[source])  # nothing accepted yet: at least double the effort
         else:
@@ -153,8 +154,9 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     seen_keys: set[str] = set()
     rounds: list[dict] = []
     started = time.monotonic()
+    selected, skipped = select(accepted, quota)
     for r in range(MAX_ROUNDS):
-        plan = _plan_round(quota, accepted, tried)
+        plan = _plan_round(quota, selected, tried)
         if not plan:
             break
         specs = [
@@ -180,6 +182,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         seen_keys.update(x.candidate.dedup_key for x in new_rejected if x.stage == "execute")
         rejections.extend(new_rejected)
         tried.update(plan)
+        selected, skipped = select(accepted, quota)
         rounds.append(
             {
                 "round": r,
@@ -192,7 +195,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         log(
             f"round {r}: {len(new_accepted)} accepted, {len(new_rejected)} rejected" + (" (resumed)" if resumed else "")
         )
-    short = {s: quota[s] - len(accepted[s]) for s in quota if len(accepted[s]) < quota[s]}
+    short = {s: quota[s] - len(selected[s]) for s in quota if len(selected[s]) < quota[s]}
     if short:
         reasons = Counter(x.reason for x in rejections).most_common(3)
         raise OpsynthError(
@@ -200,13 +203,11 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
             "widen --runtime-window-ms or change --mixture"
         )
 
-    selected = []
-    for source, n in quota.items():
-        selected.extend(sorted(accepted[source], key=lambda c: c.index)[:n])
-    selected.sort(key=lambda c: c.id)
+    rejections.extend(skipped)
+    rows = sorted((c for source_rows in selected.values() for c in source_rows), key=lambda c: c.id)
     version = generator_version()
     task_shards = write_shards(
-        [task_row(c, version) for c in selected], TASK_SCHEMA, out / "data", "train", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS
+        [task_row(c, version) for c in rows], TASK_SCHEMA, out / "data", "train", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS
     )
     rejected_sorted = sorted(rejections, key=lambda x: x.candidate.order)
     rejected_shards = write_shards(
@@ -220,7 +221,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     stats = build_stats(
         options=options,
         quota=quota,
-        selected=selected,
+        selected=rows,
         accepted_total=sum(len(v) for v in accepted.values()),
         rejections=rejections,
         rounds=rounds,
@@ -230,5 +231,5 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     )
     write_card(out / "README.md", stats, {"default": split_info(task_shards), "rejected": split_info(rejected_shards)})
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=2, sort_keys=True))
-    log(f"wrote {len(selected)} rows to {out / 'data'}; funnel and settings in {out / 'stats.json'}")
-    return RunResult(out, len(selected), stats)
+    log(f"wrote {len(rows)} rows to {out / 'data'}; funnel and settings in {out / 'stats.json'}")
+    return RunResult(out, len(rows), stats)

@@ -1,4 +1,4 @@
-from filters.dedup import dedup_key, split_group
+from filters.dedup import WithinSetFilter, dedup_key, op_graph_hash, split_group
 from tests import fixtures
 
 
@@ -18,3 +18,44 @@ def test_the_first_member_in_run_order_is_kept():
 def test_a_key_seen_in_an_earlier_round_keeps_nothing():
     kept, dropped = split_group([("torch#1", 1)], lambda c: c, already_seen=True)
     assert kept is None and dropped == [("torch#1", 1)]
+
+
+def test_operator_graph_hash_follows_the_ordered_ops():
+    assert op_graph_hash(["nn.Conv2d", "torch.relu"]) == op_graph_hash(["nn.Conv2d", "torch.relu"])
+    assert op_graph_hash(["nn.Conv2d", "torch.relu"]) != op_graph_hash(["torch.relu", "nn.Conv2d"])
+
+
+def test_within_set_filter_caps_graphs_and_refuses_near_duplicates():
+    from operator_catalog.codegen import render
+    from operator_catalog.compose import compose
+    from pipeline.config import WORKLOADS
+
+    within = WithinSetFilter(jaccard_threshold=0.9, max_per_graph=2)
+    relu = ["torch.relu"]
+    task = render(compose(3, 4, WORKLOADS["tiny"], 64))
+    assert within.admit("a", task.source, task.ops) is None
+    near = task.source.replace("batch_size = ", "batch_size = 1 + ")
+    assert "near-duplicate of a" in within.admit("b", near, ["nn.Linear", "torch.sigmoid"])
+    assert within.admit("c", fixtures.CONSTANT, relu) is None
+    assert within.admit("d", fixtures.VANISHING, relu) is None
+    assert "operator graph" in within.admit("e", fixtures.NAN, relu)
+
+
+def test_selection_takes_the_quota_in_index_order_skipping_duplicates():
+    from pipeline.records import Candidate
+    from pipeline.selection import select
+
+    def cand(index, code, ops):
+        return Candidate("torch#1", index, index, tuple(ops), code)
+
+    from operator_catalog.codegen import render
+    from operator_catalog.compose import compose
+    from pipeline.config import WORKLOADS
+
+    task = render(compose(5, 1, WORKLOADS["tiny"], 64)).source
+    accepted = {"torch#1": [cand(4, fixtures.VANISHING, ["*"]), cand(1, task, ["nn.Linear"]),
+                            cand(2, task.replace("batch_size = ", "batch_size = 1 + "), ["nn.Linear"]),
+                            cand(3, fixtures.CONSTANT, ["torch.ones_like"])]}  # fmt: skip
+    selected, skipped = select(accepted, {"torch#1": 2})
+    assert [c.index for c in selected["torch#1"]] == [1, 3]
+    assert [(r.candidate.index, r.reason, r.stage) for r in skipped] == [(2, "duplicate", "select")]

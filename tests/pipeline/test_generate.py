@@ -65,7 +65,11 @@ def test_card_and_stats_agree(generated):
     assert meta["size_categories"] == ["n<1K"]
     stats = json.loads((generated / "stats.json").read_text())
     assert stats["counts"]["rows"] == 24
-    assert stats["counts"]["candidates"] == stats["counts"]["accepted"] + stats["counts"]["rejected"]
+    select = stats["funnel"]["select"]
+    assert stats["counts"]["candidates"] + select["in"] - select["kept"] == (
+        stats["counts"]["accepted"] + stats["counts"]["rejected"]
+    )
+    assert stats["counts"]["rows"] + stats["counts"]["accepted_not_selected"] == select["kept"]
     rejected = load_dataset(str(generated), "rejected", split="train")
     assert len(rejected) == stats["counts"]["rejected"]
     assert sum(stats["dropped_by_reason"].values()) == len(rejected)

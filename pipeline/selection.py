@@ -1,0 +1,32 @@
+"""Selection: exactly the quota of each data source, taken from the accepted candidates in index order.
+
+Near-duplicates of earlier rows and rows past the cap of their operator graph are skipped (reason
+`duplicate`, stage `select`). Because the walk is in index order and later rounds only add higher indices,
+the selection depends on the seed alone, not on how the run was split into rounds.
+"""
+
+from __future__ import annotations
+
+from filters.dedup import WithinSetFilter
+from filters.reasons import DUPLICATE
+from pipeline.config import DATA_SOURCES, MAX_ROWS_PER_OP_GRAPH, NEAR_DUPLICATE_JACCARD
+from pipeline.records import Candidate, Rejection
+
+
+def select(
+    accepted: dict[str, list[Candidate]], quota: dict[str, int]
+) -> tuple[dict[str, list[Candidate]], list[Rejection]]:
+    """(rows per data source, candidates skipped as duplicates on the way)."""
+    within = WithinSetFilter(NEAR_DUPLICATE_JACCARD, MAX_ROWS_PER_OP_GRAPH)
+    selected: dict[str, list[Candidate]] = {s: [] for s in quota}
+    skipped: list[Rejection] = []
+    for source in DATA_SOURCES:
+        for candidate in sorted(accepted.get(source, []), key=lambda c: c.index):
+            if len(selected[source]) >= quota.get(source, 0):
+                break
+            why = within.admit(candidate.id, candidate.code, candidate.ops)
+            if why is None:
+                selected[source].append(candidate)
+            else:
+                skipped.append(Rejection(candidate, DUPLICATE, "select", why))
+    return selected, skipped
