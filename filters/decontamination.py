@@ -22,7 +22,7 @@ import numpy as np
 from datasketch import MinHash
 
 from filters.ast_similarity import Profile, SkeletonTable, best_match, profile
-from filters.normalize import canonical_code, canonical_tree, code_tokens
+from filters.normalize import canonical_tree, code_tokens
 from filters.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE, Verdict
 from filters.task_loading import model_class_node
 from pipeline.config import (
@@ -54,8 +54,9 @@ def model_class_tree(source: str) -> ast.AST | None:
         return None
 
 
-def minhash_signature(tree: ast.AST | None) -> np.ndarray:
-    tokens = code_tokens(canonical_code(tree)) if tree is not None else []
+def minhash_signature(canonical: ast.AST | None) -> np.ndarray:
+    """MinHash of token 3-grams of a canonicalized tree."""
+    tokens = code_tokens(ast.unparse(canonical)) if canonical is not None else []
     k = MINHASH_SHINGLE
     shingles = {" ".join(tokens[i : i + k]).encode() for i in range(max(1, len(tokens) - k + 1))}
     mh = MinHash(num_perm=MINHASH_PERMUTATIONS, seed=MINHASH_SEED)
@@ -76,9 +77,8 @@ def fingerprint(table: SkeletonTable, source: str) -> Fingerprint:
     tree = model_class_tree(source)
     if tree is None:
         return Fingerprint(None, None, minhash_signature(None))
-    return Fingerprint(
-        table.from_ast(tree), table.from_ast(canonical_tree(tree), labeled=True), minhash_signature(tree)
-    )
+    canonical = canonical_tree(tree)
+    return Fingerprint(table.from_ast(tree), table.from_ast(canonical, labeled=True), minhash_signature(canonical))
 
 
 @dataclass

@@ -119,6 +119,21 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--report", help="write one JSON line per task to this file")
     _add_decontamination_args(sim)
 
+    bench = sub.add_parser(
+        "bench",
+        help="measure the throughput of a stage and write it as JSON",
+        epilog="examples:\n  opsynth bench cpu --n 500\n  opsynth bench decontam --n 300\n"
+        "  opsynth bench execute --device cuda --n 400 --out gpu.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument("stage", choices=("cpu", "decontam", "execute"))
+    bench.add_argument("--n", type=int, default=200, help="candidates to push through (default 200)")
+    bench.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    bench.add_argument("--workload", choices=tuple(WORKLOADS), help="default: gpu on CUDA, else tiny")
+    bench.add_argument("--workers", type=int, help="execution workers (default: cores on CPU, 2 per GPU)")
+    bench.add_argument("--no-compile-check", action="store_true")
+    bench.add_argument("--out", help="also write the result to this JSON file")
+
     cat = sub.add_parser(
         "catalog",
         help="list the operator catalog, or `catalog check` it on the meta device",
@@ -285,6 +300,25 @@ def cmd_similarity(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from bench.harness import run_bench
+
+    device = _resolve_device(args.device)
+    workload = args.workload or ("gpu" if device == "cuda" else "tiny")
+    n = _positive("--n", args.n)
+    workers = _positive("--workers", args.workers) or _default_workers(device)
+    result = run_bench(args.stage, n, workload, device, workers, not args.no_compile_check)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        from pathlib import Path
+
+        from outputs.shards import write_text_atomic
+
+        write_text_atomic(Path(args.out), text + "\n")
+    print(text)
+    return 0
+
+
 def cmd_catalog(args) -> int:
     from operator_catalog import all_entries
 
@@ -363,6 +397,8 @@ def run(argv: list[str]) -> int:
         return cmd_catalog(args)
     if args.command == "similarity":
         return cmd_similarity(args)
+    if args.command == "bench":
+        return cmd_bench(args)
     return cmd_reference(args)
 
 

@@ -1,0 +1,185 @@
+"""`opsynth bench`: throughput of the pipeline's stages, measured, written as JSON, compared with SPEC targets.
+
+- `cpu`: sample + compose + render + shape check, one process (candidates/s per core; target >= 200).
+- `decontam`: the three KernelBench signals against all 250 tasks, one process, checked against brute force
+  (candidates/s per core; target >= 100).
+- `execute`: the execution stage through the worker pool on the chosen device (candidates/s, and on CUDA the
+  fraction of wall time the GPU was busy, sampled from NVML; targets >= 10/s and >= 50 %).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import threading
+import time
+
+from filters.ast_similarity import best_match, brute_force, profile
+from filters.decontamination import fingerprint, load_reference, similarity
+from filters.execution import ExecutionConfig, device_name
+from filters.shape_check import check_shapes
+from filters.workers import Job, WorkerPool
+from operator_catalog.codegen import render
+from operator_catalog.compose import compose
+from pipeline.config import COMPOSE_ATTEMPTS, OPS6K_MIXTURE, TIMING, WORKLOADS
+from pipeline.records import candidate_seed
+
+TARGETS = {"cpu": 200.0, "decontam": 100.0, "execute": 10.0, "gpu_busy": 0.5}
+
+
+def _machine() -> dict:
+    return {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count()}
+
+
+def _num_ops(i: int) -> int:
+    """Chain lengths in the released set's proportions (torch#1..5), cycling deterministically."""
+    shares = [OPS6K_MIXTURE[f"torch#{k}"] for k in range(1, 6)]
+    position = (i * 0.618034) % 1.0 * sum(shares)
+    for k, share in enumerate(shares, start=1):
+        position -= share
+        if position < 0:
+            return k
+    return 5
+
+
+def sample_tasks(n: int, workload: str, seed: int = 0) -> list[str]:
+    return [
+        render(compose(candidate_seed(seed, "bench", i), _num_ops(i), WORKLOADS[workload], COMPOSE_ATTEMPTS)).source
+        for i in range(n)
+    ]
+
+
+def bench_cpu(n: int, workload: str) -> dict:
+    start = time.perf_counter()
+    kept = 0
+    for i in range(n):
+        task = render(compose(candidate_seed(1, "bench", i), _num_ops(i), WORKLOADS[workload], COMPOSE_ATTEMPTS))
+        kept += check_shapes(task.source).kept
+    wall = time.perf_counter() - start
+    return {
+        "stage": "cpu (sample, compose, render, shape check)",
+        "workload": workload,
+        "candidates": n,
+        "shape_check_passed": kept,
+        "wall_s": round(wall, 3),
+        "candidates_per_s_per_core": round(n / wall, 1),
+        "target_per_s_per_core": TARGETS["cpu"],
+    }
+
+
+def bench_decontam(n: int, workload: str, brute_force_sample: int = 50) -> dict:
+    sources = sample_tasks(n, workload, seed=2)
+    t0 = time.perf_counter()
+    index = load_reference("embedded")
+    load_s = time.perf_counter() - t0
+    start = time.perf_counter()
+    results = [similarity(s, index) for s in sources]
+    wall = time.perf_counter() - start
+    # Exactness: the pruned search must give what scoring every reference gives.
+    mismatches = 0
+    for source in sources[:brute_force_sample]:
+        fp = fingerprint(index.table, source)
+        for root, refs in ((fp.raw_root, index.raw_profiles), (fp.normalized_root, index.normalized_profiles)):
+            p = profile(index.table, root)
+            mismatches += best_match(index.table, p, refs) != brute_force(index.table, p, refs)
+    scores = [r.ast for r in results]
+    return {
+        "stage": "decontamination (AST, normalized AST, MinHash vs 250 KernelBench tasks)",
+        "workload": workload,
+        "candidates": n,
+        "index_load_s": round(load_s, 3),
+        "wall_s": round(wall, 3),
+        "candidates_per_s_per_core": round(n / wall, 1),
+        "target_per_s_per_core": TARGETS["decontam"],
+        "brute_force_checked": min(n, brute_force_sample),
+        "brute_force_mismatches": mismatches,
+        "kb_ast_similarity_median": statistics.median(scores),
+        "kb_ast_similarity_max": max(scores),
+    }
+
+
+class _GpuBusySampler:
+    """Samples NVML's utilization (share of the last sample period a kernel ran) in the background."""
+
+    def __init__(self, period_s: float = 0.05):
+        import torch
+
+        self.period_s = period_s
+        self.devices = list(range(torch.cuda.device_count()))
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import torch
+
+        while not self._stop.is_set():
+            self.samples.append(statistics.mean(torch.cuda.utilization(d) for d in self.devices) / 100.0)
+            time.sleep(self.period_s)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def bench_execute(n: int, workload: str, device: str, workers: int, compile_check: bool) -> dict:
+    sources = sample_tasks(n, workload, seed=3)
+    warmup, iters = TIMING[device]
+    cfg = ExecutionConfig(
+        device=device,
+        runtime_window_ms=WORKLOADS[workload].runtime_window_ms,
+        timeout_s=WORKLOADS[workload].timeout_s,
+        compile_check=compile_check,
+        warmup=warmup,
+        iters=iters,
+        workers=workers,
+    )
+    jobs = [Job(str(i), s, candidate_seed(3, "bench", i)) for i, s in enumerate(sources)]
+    t0 = time.perf_counter()
+    with WorkerPool(cfg) as pool:
+        pool.run(jobs[:workers])  # start-up and first-use costs, kept out of the rate
+        startup_s = time.perf_counter() - t0
+        busy = None
+        start = time.perf_counter()
+        if device == "cuda":
+            with _GpuBusySampler() as sampler:
+                verdicts = pool.run(jobs)
+            busy = statistics.mean(sampler.samples) if sampler.samples else None
+        else:
+            verdicts = pool.run(jobs)
+        wall = time.perf_counter() - start
+    reasons: dict[str, int] = {}
+    for v in verdicts:
+        reasons[v.reason] = reasons.get(v.reason, 0) + 1
+    eager = [v.measurements["eager_ms"] for v in verdicts if "eager_ms" in v.measurements]
+    return {
+        "stage": "execution (load, 5 draws, determinism, distinguishability, timing"
+        + (", compile)" if compile_check else ")"),
+        "workload": workload,
+        "device": device_name(device),
+        "workers": workers,
+        "candidates": n,
+        "startup_s": round(startup_s, 2),
+        "wall_s": round(wall, 3),
+        "candidates_per_s": round(n / wall, 2),
+        "target_per_s": TARGETS["execute"] if device == "cuda" else None,
+        "gpu_busy_fraction": None if busy is None else round(busy, 3),
+        "target_gpu_busy_fraction": TARGETS["gpu_busy"] if device == "cuda" else None,
+        "verdicts": dict(sorted(reasons.items())),
+        "eager_ms_median": round(statistics.median(eager), 4) if eager else None,
+    }
+
+
+def run_bench(what: str, n: int, workload: str, device: str, workers: int, compile_check: bool) -> dict:
+    if what == "cpu":
+        result = bench_cpu(n, workload)
+    elif what == "decontam":
+        result = bench_decontam(n, workload)
+    else:
+        result = bench_execute(n, workload, device, workers, compile_check)
+    return {"bench": what, "machine": _machine(), **result}

@@ -1,0 +1,23 @@
+"""`opsynth bench` runs each stage and reports rates; no timing is asserted (machines are noisy)."""
+
+import json
+
+import pytest
+
+from pipeline.cli import main
+
+EXECUTE = ["execute", "--device", "cpu", "--n", "4", "--workers", "2", "--no-compile-check"]
+
+
+@pytest.mark.parametrize("argv", [["cpu", "--n", "6"], ["decontam", "--n", "6"], EXECUTE])
+def test_bench_reports_a_rate(tmp_path, capsys, argv):
+    out = tmp_path / "bench.json"
+    assert main(["bench", *argv, "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["candidates"] == int(argv[argv.index("--n") + 1])
+    rate = result.get("candidates_per_s_per_core") or result.get("candidates_per_s")
+    assert rate > 0
+    if argv[0] == "decontam":
+        assert result["brute_force_mismatches"] == 0
+    if argv[0] == "execute":
+        assert sum(result["verdicts"].values()) == 4
