@@ -14,13 +14,18 @@ from operator_catalog.codegen import render
 from operator_catalog.compose import chain
 from operator_catalog.entry import NotApplicable, OpEntry, Workload
 from operator_catalog.faithfulness import ops_faithful
+from operator_catalog.transformers_modules import TransformersEntry, render_transformers
 
 TRIES = 12
 
 
-def check_entry(entry: OpEntry, workload: Workload, tries: int = TRIES) -> str | None:
+def check_entry(entry: OpEntry | TransformersEntry, workload: Workload, tries: int = TRIES) -> str | None:
     """None when the entry builds and runs on meta; else the last error."""
     rng = random.Random(zlib.crc32(f"{entry.name}/{workload.name}".encode()))
+    if isinstance(entry, TransformersEntry):
+        task = render_transformers(entry, entry.sampler(rng, workload))
+        verdict = check_shapes(task.source)
+        return None if verdict.kept else f"rendered task fails the shape check: {verdict.reason} {verdict.detail}"
     error = "no try succeeded"
     for _ in range(tries):
         try:

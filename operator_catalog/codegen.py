@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from operator_catalog.compose import Composition, GlueNode, OpNode
-from operator_catalog.entry import Expr, Hoisted, OpCall, Operand, TensorSpec, X, operands_of
+from operator_catalog.entry import Expr, Hoisted, OpCall, Operand, RenderedTask, TensorSpec, X, operands_of
 
 # Input dimension names by rank, as KernelBench spells them.
 DIM_NAMES = {
@@ -24,16 +24,6 @@ DIM_NAMES = {
     5: ("batch_size", "channels", "depth", "height", "width"),
 }
 IMPORTS = {"torch": "import torch", "nn": "import torch.nn as nn", "F": "import torch.nn.functional as F"}
-
-
-@dataclass(frozen=True)
-class RenderedTask:
-    """The rendered program and what a runner needs to know about it."""
-
-    source: str
-    ops: tuple[str, ...]  # the operators that occur in `forward`, in order
-    init_inputs: tuple[Any, ...]  # the values `get_init_inputs()` returns
-    input_shapes: tuple[TensorSpec, ...]  # what `get_inputs()` returns
 
 
 @dataclass

@@ -22,6 +22,7 @@ from operator_catalog.entry import (
     Workload,
     apply_call,
     operands_of,
+    within_input_budget,
 )
 from operator_catalog.registry import sampleable
 
@@ -69,11 +70,7 @@ def sample_input(rank: int, workload: Workload, rng: random.Random) -> TensorSpe
     else:
         extent = rng.choice(workload.spatial[rank])
         shape = [batch, rng.choice(workload.channels), *([extent] * (rank - 2))]
-    # Keep the input within a quarter of the element budget, so that the chain has room to grow.
-    while math.prod(shape) > workload.max_elements // 4:
-        i = max(range(len(shape)), key=lambda d: shape[d] if d != 1 else 0)
-        shape[i] = max(1, shape[i] // 2)
-    return TensorSpec(tuple(shape))
+    return TensorSpec(within_input_budget(shape, workload))
 
 
 def _divisors(n: int) -> list[int]:

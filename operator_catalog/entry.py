@@ -130,6 +130,31 @@ Sampler = Callable[[SampleContext], OpCall]
 
 
 @dataclass(frozen=True)
+class RenderedTask:
+    """The rendered program and what a runner needs to know about it."""
+
+    source: str
+    ops: tuple[str, ...]  # the operators that occur in `forward`, in order
+    init_inputs: tuple[Any, ...]  # the values `get_init_inputs()` returns
+    input_shapes: tuple[TensorSpec, ...]  # what `get_inputs()` returns
+
+
+def within_input_budget(
+    shape: list[int] | tuple[int, ...], workload: Workload, fixed: tuple[int, ...] = (1,)
+) -> tuple[int, ...]:
+    """Halve the largest free dimension until the input holds at most a quarter of the element budget, so that
+    a chain has room to grow. `fixed` dimensions (channels, a model's hidden size) are never changed."""
+    shape = list(shape)
+    while math.prod(shape) > workload.max_elements // 4:
+        free = [d for d in range(len(shape)) if d not in fixed and shape[d] > 1]
+        if not free:
+            break
+        i = max(free, key=lambda d: shape[d])
+        shape[i] //= 2
+    return tuple(shape)
+
+
+@dataclass(frozen=True)
 class OpEntry:
     """One operator of the catalog."""
 

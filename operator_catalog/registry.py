@@ -18,8 +18,10 @@ from operator_catalog import (
     reductions,
     scans,
     shape_ops,
+    transformers_modules,
 )
 from operator_catalog.entry import OpEntry
+from operator_catalog.transformers_modules import TransformersEntry
 
 FAMILIES = (
     activations,
@@ -31,7 +33,9 @@ FAMILIES = (
     reductions,
     scans,
     shape_ops,
+    transformers_modules,
 )
+Entry = OpEntry | TransformersEntry
 
 
 class UnknownOperator(KeyError):
@@ -39,7 +43,7 @@ class UnknownOperator(KeyError):
 
 
 @cache
-def all_entries() -> tuple[OpEntry, ...]:
+def all_entries() -> tuple[Entry, ...]:
     entries = tuple(e for family in FAMILIES for e in family.ENTRIES)
     seen: set[str] = set()
     for e in entries:
@@ -50,18 +54,18 @@ def all_entries() -> tuple[OpEntry, ...]:
 
 
 @cache
-def _by_name() -> dict[str, OpEntry]:
+def _by_name() -> dict[str, Entry]:
     return {e.name: e for e in all_entries()}
 
 
-def get(name: str) -> OpEntry:
+def get(name: str) -> Entry:
     try:
         return _by_name()[name]
     except KeyError:
         raise UnknownOperator(name) from None
 
 
-def sampleable(kind: str) -> tuple[OpEntry, ...]:
+def sampleable(kind: str) -> tuple[Entry, ...]:
     """Entries of one kind (`torch` or `transformers`) that the composer may draw."""
     return tuple(e for e in all_entries() if e.kind == kind and e.excluded is None)
 

@@ -1,8 +1,9 @@
 """Selection: exactly the quota of each data source, taken from the accepted candidates in index order.
 
 Near-duplicates of earlier rows and rows past the cap of their operator graph are skipped (reason
-`duplicate`, stage `select`). Because the walk is in index order and later rounds only add higher indices,
-the selection depends on the seed alone, not on how the run was split into rounds.
+`duplicate`, stage `select`); transformers rows, variants of one class by design, are exempt. Because the walk
+is in index order and later rounds only add higher indices, the selection depends on the seed alone, not on
+how the run was split into rounds.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ def select(
         for candidate in sorted(accepted.get(source, []), key=lambda c: c.index):
             if len(selected[source]) >= quota.get(source, 0):
                 break
-            why = within.admit(candidate.id, candidate.code, candidate.ops)
+            # A transformers task's variants share the inlined class by construction (the released set's
+            # `Class_N` rows); only exact duplicates, dropped before execution, apply to them.
+            why = None if source == "transformers" else within.admit(candidate.id, candidate.code, candidate.ops)
             if why is None:
                 selected[source].append(candidate)
             else:

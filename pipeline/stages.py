@@ -21,6 +21,7 @@ from filters.workers import Job, WorkerPool
 from operator_catalog.codegen import render
 from operator_catalog.compose import CompositionError, compose
 from operator_catalog.entry import Workload
+from operator_catalog.transformers_modules import compose_transformers
 from pipeline.config import COMPOSE_ATTEMPTS
 from pipeline.records import Candidate, CandidateSpec, Rejection
 
@@ -46,7 +47,10 @@ def num_ops_of(data_source: str) -> int:
 
 def make_candidate(spec: CandidateSpec, workload: Workload) -> Candidate:
     """Compose and render one candidate; raises CompositionError when no chain fits."""
-    task = render(compose(spec.seed, num_ops_of(spec.data_source), workload, COMPOSE_ATTEMPTS))
+    if spec.data_source == "transformers":
+        task = compose_transformers(spec.seed, workload)
+    else:
+        task = render(compose(spec.seed, num_ops_of(spec.data_source), workload, COMPOSE_ATTEMPTS))
     return Candidate(
         data_source=spec.data_source,
         index=spec.index,

@@ -41,3 +41,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def ops6k_transformers() -> Path:
+    return shared_file("reference/ops6k_transformers_classes.tsv")

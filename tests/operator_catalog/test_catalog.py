@@ -52,3 +52,26 @@ def test_unknown_operator_lookup_raises():
     assert get("nn.Conv2d").family == "convolution"
     with pytest.raises(UnknownOperator):
         get("nn.Conv4d")
+
+
+def test_transformers_entries_are_released_classes(ops6k_transformers):
+    with open(ops6k_transformers) as f:
+        released = {row["class"] for row in csv.DictReader(f, delimiter="\t")}
+    names = [e.name for e in all_entries() if e.kind == "transformers"]
+    assert names and set(names) <= released
+
+
+def test_transformers_task_inlines_its_class_and_helpers():
+    import random
+
+    from filters.task_loading import load_task
+    from operator_catalog.transformers_modules import render_transformers
+
+    entry = get("ResNetBasicLayer")
+    task = render_transformers(entry, entry.sampler(random.Random(0), WORKLOADS["tiny"]))
+    assert task.ops == ("ResNetBasicLayer",) and "ResNetBasicLayer" in task.source
+    assert "class Model(nn.Module):" in task.source and "class ResNetConvLayer" in task.source  # the helper
+    assert "@" not in task.source  # decorators are dropped
+    loaded = load_task(task.source)
+    model = loaded.model_class(*loaded.get_init_inputs())
+    assert "transformers" not in type(model).__module__  # the computation is the inlined code, not a library call

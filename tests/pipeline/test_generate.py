@@ -101,3 +101,19 @@ def test_same_seed_same_dataset_and_resume_after_losing_the_outputs(tmp_path):
     stats = json.loads((tmp_path / "a" / "stats.json").read_text())
     assert all(r["resumed"] for r in stats["rounds"])
     assert load_dataset(str(tmp_path / "a"), split="train")["id"] == ids[0]
+
+
+def test_transformers_rows_are_standalone_tasks(tmp_path):
+    out = tmp_path / "tf"
+    argv = ["generate", "--out", str(out), "--num-samples", "6", "--mixture", "torch2=50,transformers=50", *TINY,
+            "--no-compile-check"]  # fmt: skip
+    assert main(argv) == 0
+    ds = load_dataset(str(out), split="train")
+    rows = [r for r in ds if r["data_source"] == "transformers"]
+    assert len(rows) == 3
+    for row in rows:
+        (name,) = json.loads(row["ops"])
+        assert row["num_ops"] == 1 and name in row["code"]
+        task = load_task(row["code"])
+        with torch.no_grad():
+            task.model_class(*task.get_init_inputs()).eval()(*task.get_inputs())
