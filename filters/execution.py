@@ -60,9 +60,11 @@ class ExecutionConfig:
 
 
 class CheckFailed(Exception):
-    def __init__(self, reason: str, detail: str):
+    """A check decided: carries the verdict, with what was measured before it."""
+
+    def __init__(self, reason: str, detail: str, measurements: dict[str, Any] | None = None):
         super().__init__(detail)
-        self.verdict = Verdict(reason, detail)
+        self.verdict = Verdict(reason, detail, measurements or {})
 
 
 def flatten_outputs(out: Any) -> list[torch.Tensor]:
@@ -91,7 +93,8 @@ def outputs_close(a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rto
     return len(a) == len(b) and all(tensors_close(x, y, atol, rtol) for x, y in zip(a, b, strict=True))
 
 
-def _classify_runtime(error: BaseException) -> Verdict:
+def classify_error(error: BaseException) -> Verdict:
+    """An exception raised while running a task: out_of_memory when it is one, else runtime_error."""
     text = str(error)
     if isinstance(error, torch.OutOfMemoryError | MemoryError) or "out of memory" in text or "can't allocate" in text:
         return Verdict(OUT_OF_MEMORY, one_line(error))
@@ -133,78 +136,90 @@ def _check_distinguishable(outs: list[list[torch.Tensor]], cfg: ExecutionConfig)
     for j in range(1, len(outs)):
         if outputs_close(outs[j], outs[0], cfg.atol, cfg.rtol):
             raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, f"outputs of input draws 0 and {j} agree within tolerance")
-    floats = [[t for t in o if t.is_floating_point()] for o in outs]
-    if floats[0]:
-        if all(outputs_close(o, [torch.zeros_like(t) for t in o], cfg.atol, cfg.rtol) for o in floats):
+    # assert_close's rule against a constant c is max |t - c| <= atol + rtol |c|; reductions, no full-size copies.
+    floats = [t for o in outs for t in o if t.is_floating_point() and t.numel()]
+    if floats:
+        if all(float(t.abs().max()) <= cfg.atol for t in floats):
             raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, "outputs vanish: all zero within tolerance")
-        if all(outputs_close(o, [torch.full_like(t, t.mean().item()) for t in o], cfg.atol, cfg.rtol) for o in floats):
+        means = [float(t.mean()) for t in floats]
+        if all(float((t - m).abs().max()) <= cfg.atol + cfg.rtol * abs(m) for t, m in zip(floats, means, strict=True)):
             raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, "each output is a constant within tolerance")
 
 
 def run_checks(source: str, seed: int, cfg: ExecutionConfig) -> Verdict:
     """Every execution check of one task, in-process; `WorkerPool` calls this inside its workers."""
     try:
+        return Verdict(KEEP, "", _checks(source, seed, cfg))
+    except CheckFailed as failed:
+        return failed.verdict
+    except Exception as e:
+        return classify_error(e)
+    finally:
+        if cfg.device == "cuda":
+            torch.cuda.empty_cache()  # under a per-worker memory budget, cached blocks of this task must not stay
+
+
+def _checks(source: str, seed: int, cfg: ExecutionConfig) -> dict[str, Any]:
+    """The measurements of a task that passes; raises CheckFailed with the first reason it fails."""
+    try:
         task = load_task(source)
     except TaskLoadError as e:
-        return Verdict(LOAD_ERROR, str(e)[:300])
+        raise CheckFailed(LOAD_ERROR, str(e)[:300]) from None
     device = torch.device(cfg.device)
-    try:
-        torch.manual_seed(seed)
-        with torch.device(device):
-            model = task.model_class(*task.get_init_inputs())
-        model = model.to(device).eval()
-        draws = []
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = task.model_class(*task.get_init_inputs())
+    model = model.to(device).eval()
+    outs: list[list[torch.Tensor]] = []
+    with torch.no_grad():
         for i in range(cfg.num_draws):
             torch.manual_seed(seed + 1 + i)
             with torch.device(device):
-                draws.append(list(_to_device(task.get_inputs(), device)))
-        with torch.no_grad():
-            outs = [flatten_outputs(model(*inputs)) for inputs in draws]
-            rerun = flatten_outputs(model(*draws[0]))
-    except Exception as e:
-        return _classify_runtime(e)
+                inputs = list(_to_device(task.get_inputs(), device))
+            outs.append(flatten_outputs(model(*inputs)))
+            if i == 0:
+                first_inputs = inputs  # kept for the rerun, the timing and the compile check; later draws are not
+        rerun = flatten_outputs(model(*first_inputs))
     if not outs[0]:
-        return Verdict(RUNTIME_ERROR, "forward returns no tensor")
+        raise CheckFailed(RUNTIME_ERROR, "forward returns no tensor")
     for o in outs:
         for t in o:
             if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
-                return Verdict(NOT_FINITE, "an output holds NaN or infinity")
+                raise CheckFailed(NOT_FINITE, "an output holds NaN or infinity")
     if not outputs_close(rerun, outs[0], cfg.atol, cfg.rtol):
-        return Verdict(NOT_DETERMINISTIC, "the same input gave different outputs")
-    try:
-        _check_distinguishable(outs, cfg)
-    except CheckFailed as failed:
-        return failed.verdict
+        raise CheckFailed(NOT_DETERMINISTIC, "the same input gave different outputs")
+    _check_distinguishable(outs, cfg)
+    eager_out = outs[0]
+    del outs, rerun
 
     measurements: dict[str, Any] = {
-        "output_shapes": [list(t.shape) for t in outs[0]],
+        "output_shapes": [list(t.shape) for t in eager_out],
         "device_name": device_name(cfg.device),
     }
-    try:
-        eager_ms = _time_forward_ms(model, draws[0], cfg)
-    except Exception as e:
-        return _classify_runtime(e)
+    eager_ms = _time_forward_ms(model, first_inputs, cfg)
     measurements["eager_ms"] = eager_ms
     low, high = cfg.runtime_window_ms
     if eager_ms < low:
-        return Verdict(RUNTIME_BELOW_WINDOW, f"eager {eager_ms:.4f} ms < {low} ms", measurements)
+        raise CheckFailed(RUNTIME_BELOW_WINDOW, f"eager {eager_ms:.4f} ms < {low} ms", measurements)
     if eager_ms > high:
-        return Verdict(RUNTIME_ABOVE_WINDOW, f"eager {eager_ms:.4f} ms > {high} ms", measurements)
+        raise CheckFailed(RUNTIME_ABOVE_WINDOW, f"eager {eager_ms:.4f} ms > {high} ms", measurements)
 
     if cfg.compile_check:
         torch._dynamo.reset()
         try:
             compiled = torch.compile(model, backend=cfg.compile_backend)
             with torch.no_grad():
-                compiled_out = flatten_outputs(compiled(*draws[0]))
-            measurements["compile_ms"] = _time_forward_ms(compiled, draws[0], cfg)
+                compiled_out = flatten_outputs(compiled(*first_inputs))
+            measurements["compile_ms"] = _time_forward_ms(compiled, first_inputs, cfg)
         except Exception as e:
-            if isinstance(e, torch.OutOfMemoryError):
-                return Verdict(OUT_OF_MEMORY, one_line(e), measurements)
-            return Verdict(COMPILE_ERROR, one_line(e), measurements)
-        if not outputs_close(compiled_out, outs[0], cfg.atol, cfg.rtol):
-            return Verdict(COMPILE_MISMATCH, "torch.compile output differs from eager beyond tolerance", measurements)
-    return Verdict(KEEP, "", measurements)
+            verdict = classify_error(e)
+            reason = OUT_OF_MEMORY if verdict.reason == OUT_OF_MEMORY else COMPILE_ERROR
+            raise CheckFailed(reason, one_line(e), measurements) from None
+        if not outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol):
+            raise CheckFailed(
+                COMPILE_MISMATCH, "torch.compile output differs from eager beyond tolerance", measurements
+            )
+    return measurements
 
 
 def device_name(device: str) -> str:

@@ -38,3 +38,4 @@ NO_GET_INPUTS = "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n 
 RAISES = task("raise ValueError('boom')")
 SHAPE_MISMATCH = task("return self.linear(x)", "self.linear = nn.Linear(64, 16)")
 COMPILE_MISMATCH = task("if torch.compiler.is_compiling():\n    return x * 2\nreturn x")
+OUT_OF_MEMORY = task("raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 8.00 GiB')")

@@ -14,6 +14,7 @@ from filters.reasons import (
     LOAD_ERROR,
     NOT_DETERMINISTIC,
     NOT_FINITE,
+    OUT_OF_MEMORY,
     RUNTIME_ABOVE_WINDOW,
     RUNTIME_BELOW_WINDOW,
     RUNTIME_ERROR,
@@ -37,6 +38,7 @@ CASES = [
     ("too_slow", fixtures.TOO_SLOW, RUNTIME_ABOVE_WINDOW),
     ("unloadable", fixtures.UNLOADABLE, LOAD_ERROR),
     ("raises", fixtures.RAISES, RUNTIME_ERROR),
+    ("out_of_memory", fixtures.OUT_OF_MEMORY, OUT_OF_MEMORY),
     ("good_after_crashes", fixtures.GOOD, KEEP),
 ]
 
