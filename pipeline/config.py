@@ -78,8 +78,11 @@ MAX_ROWS_PER_OP_GRAPH = 3  # rows that may share one ordered operator list
 MAX_OPS = 5
 COMPOSE_ATTEMPTS = 64  # tries at one candidate's chain before it is dropped as a shape_error
 
-# Rounds: how many candidates to make per missing row before the acceptance rate is known, and the cap.
-INITIAL_OVERSAMPLING = 2.0
+# Rounds. The first round of a data source is a pilot: missing rows x INITIAL_OVERSAMPLING, at most
+# PILOT_CANDIDATES, which measures its yield; later rounds make missing / yield x ROUND_PADDING.
+INITIAL_OVERSAMPLING = 2.5
+PILOT_CANDIDATES = 400
+ROUND_PADDING = 1.15
 MAX_ROUNDS = 12
 
 # Output shards.

@@ -30,6 +30,8 @@ from pipeline.config import (
     INITIAL_OVERSAMPLING,
     MAX_ROUNDS,
     MAX_ROWS_PER_SHARD,
+    PILOT_CANDIDATES,
+    ROUND_PADDING,
     ROW_GROUP_ROWS,
     TIMING,
     VERSION,
@@ -107,19 +109,19 @@ def _read_jsonl(pattern: str) -> list[dict]:
 
 
 def _plan_round(quota: dict[str, int], selected: dict[str, list], tried: Counter) -> dict[str, int]:
-    """Candidates to make per data source: the missing rows over the yield seen so far, padded."""
+    """Candidates to make per data source: a bounded pilot first, then the missing rows over the yield seen."""
     plan = {}
     for source, want in quota.items():
         missing = want - len(selected[source])
         if missing <= 0:
             continue
         if selected[source]:
-            rate = len(selected[source]) / tried[source]
+            n = math.ceil(missing * tried[source] / len(selected[source]) * ROUND_PADDING)
         elif tried[source]:
-            rate = 1.0 / (2 * tried[source])  # nothing accepted yet: at least double the effort
+            n = 2 * tried[source]  # nothing selected yet: at least double the effort
         else:
-            rate = 1.0 / INITIAL_OVERSAMPLING
-        plan[source] = max(MIN_CANDIDATES_PER_ROUND, math.ceil(missing / rate * 1.25))
+            n = min(math.ceil(missing * INITIAL_OVERSAMPLING), PILOT_CANDIDATES)
+        plan[source] = max(MIN_CANDIDATES_PER_ROUND, n)
     return plan
 
 
