@@ -32,6 +32,7 @@ from filters.reasons import (
 )
 from filters.task_loading import TaskLoadError, load_task
 
+PRESCREEN_MARGIN = 3.0  # events time this far outside the window decides without the profiler
 CUDA_FATAL_MARKERS = (
     "CUDA error",
     "device-side assert",
@@ -107,6 +108,20 @@ def _to_device(value: Any, device: torch.device) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(_to_device(v, device) for v in value)
     return value
+
+
+def _kernel_time_ms(fn, inputs: list, iters: int) -> float:
+    """The paper's measure: summed device time of the CUDA work of one forward, from torch.profiler, averaged
+    over `iters` forwards (CPU launch overhead excluded). Call after warm-up."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    device_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return device_us / 1e3 / iters
 
 
 def _time_forward_ms(fn, inputs: list, cfg: ExecutionConfig) -> float:
@@ -197,8 +212,13 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig) -> dict[str, Any]:
         "device_name": device_name(cfg.device),
     }
     eager_ms = _time_forward_ms(model, first_inputs, cfg)
-    measurements["eager_ms"] = eager_ms
     low, high = cfg.runtime_window_ms
+    if cfg.device == "cuda":
+        # CUDA events pre-screen; the profiler decides where a task may be near the window.
+        measurements["eager_event_ms"] = eager_ms
+        if low / PRESCREEN_MARGIN <= eager_ms <= high * PRESCREEN_MARGIN:
+            eager_ms = _kernel_time_ms(model, first_inputs, cfg.iters)
+    measurements["eager_ms"] = eager_ms
     if eager_ms < low:
         raise CheckFailed(RUNTIME_BELOW_WINDOW, f"eager {eager_ms:.4f} ms < {low} ms", measurements)
     if eager_ms > high:
@@ -210,7 +230,10 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig) -> dict[str, Any]:
             compiled = torch.compile(model, backend=cfg.compile_backend)
             with torch.no_grad():
                 compiled_out = flatten_outputs(compiled(*first_inputs))
-            measurements["compile_ms"] = _time_forward_ms(compiled, first_inputs, cfg)
+            compile_ms = _time_forward_ms(compiled, first_inputs, cfg)  # also the warm-up of the profiled run
+            if cfg.device == "cuda":
+                compile_ms = _kernel_time_ms(compiled, first_inputs, cfg.iters)
+            measurements["compile_ms"] = compile_ms
         except Exception as e:
             verdict = classify_error(e)
             reason = OUT_OF_MEMORY if verdict.reason == OUT_OF_MEMORY else COMPILE_ERROR

@@ -62,9 +62,10 @@ class Composition:
         return tuple(n.call.name for n in self.nodes if isinstance(n, OpNode))
 
 
-def sample_input(rank: int, workload: Workload, rng: random.Random) -> TensorSpec:
-    """A KernelBench-shaped input of the given rank: (B, F), (B, C, L), (B, C, H, W) or (B, C, D, H, W)."""
-    batch = rng.choice(workload.batch_sizes)
+def sample_input(rank: int, workload: Workload, rng: random.Random, batch_scale: float = 1.0) -> TensorSpec:
+    """A KernelBench-shaped input of the given rank: (B, F), (B, C, L), (B, C, H, W) or (B, C, D, H, W);
+    `batch_scale` multiplies the sampled batch (shape calibration) without changing any other draw."""
+    batch = max(1, round(rng.choice(workload.batch_sizes) * batch_scale))
     if rank == 2:
         shape = [batch, rng.choice(workload.features)]
     else:
@@ -113,9 +114,9 @@ def spec_of(t: torch.Tensor) -> TensorSpec:
     return TensorSpec(tuple(t.shape), dtype)
 
 
-def chain(entries: list[OpEntry], rng: random.Random, workload: Workload) -> Composition:
+def chain(entries: list[OpEntry], rng: random.Random, workload: Workload, batch_scale: float = 1.0) -> Composition:
     first = entries[0]
-    spec = input_spec = sample_input(rng.choice(first.ranks), workload, rng)
+    spec = input_spec = sample_input(rng.choice(first.ranks), workload, rng, batch_scale)
     nodes: list[OpNode | GlueNode] = []
     with torch.device("meta"):
         x = torch.empty(spec.shape)
@@ -139,8 +140,8 @@ def chain(entries: list[OpEntry], rng: random.Random, workload: Workload) -> Com
     return Composition(input=input_spec, nodes=tuple(nodes), output=spec)
 
 
-def compose(seed: int, num_ops: int, workload: Workload, attempts: int) -> Composition:
-    """A chain of `num_ops` distinct torch operators, deterministic in `seed`."""
+def compose(seed: int, num_ops: int, workload: Workload, attempts: int, batch_scale: float = 1.0) -> Composition:
+    """A chain of `num_ops` distinct torch operators, deterministic in `seed` (and `batch_scale`)."""
     rng = random.Random(seed)
     pool = sampleable("torch")
     last_error: Exception | None = None
@@ -149,7 +150,7 @@ def compose(seed: int, num_ops: int, workload: Workload, attempts: int) -> Compo
         if any(e.terminal for e in entries[:-1]):
             continue
         try:
-            return chain(entries, rng, workload)
+            return chain(entries, rng, workload, batch_scale)
         except (NotApplicable, RuntimeError, ValueError, TypeError, IndexError) as e:
             last_error = e
     raise CompositionError(f"no valid chain of {num_ops} ops in {attempts} attempts (last: {last_error})")

@@ -109,6 +109,7 @@ class Workload:
     max_elements: int  # no tensor of a chain may hold more elements than this
     runtime_window_ms: tuple[float, float]  # eager time window of the runtime filter
     timeout_s: float  # per-candidate wall-clock limit of the execution worker
+    min_largest_dim: int = 0  # calibration never shrinks an input below this largest dimension
 
 
 @dataclass

@@ -181,8 +181,16 @@ ENTRIES = [
 ]
 
 
-def compose_transformers(seed: int, workload: Workload) -> RenderedTask:
-    """A standalone task around one transformers module, deterministic in `seed`."""
+def compose_transformers(seed: int, workload: Workload, batch_scale: float = 1.0) -> RenderedTask:
+    """A standalone task around one transformers module, deterministic in `seed`; `batch_scale` multiplies
+    the batch of its inputs (shape calibration)."""
     rng = random.Random(seed)
     entry = rng.choice([e for e in ENTRIES if e.excluded is None])
-    return render_transformers(entry, entry.sampler(rng, workload))
+    use = entry.sampler(rng, workload)
+    if batch_scale != 1.0:
+        fixed = tuple(range(1, 5))  # only the batch moves: every other dimension is tied to the module's config
+        shapes = tuple(
+            within_input_budget((max(1, round(s[0] * batch_scale)), *s[1:]), workload, fixed) for s in use.input_shapes
+        )
+        use = ModuleUse(use.init_args, shapes)
+    return render_transformers(entry, use)

@@ -51,6 +51,7 @@ WORKLOADS: dict[str, Workload] = {
         max_elements=1 << 29,
         runtime_window_ms=(1.0, 100.0),
         timeout_s=120.0,
+        min_largest_dim=512,  # the released set: 99.4 % of tasks have an input dimension of at least 512
     ),
 }
 
@@ -58,6 +59,11 @@ WORKLOADS: dict[str, Workload] = {
 VERIFY_ATOL = 1e-2
 VERIFY_RTOL = 1e-2
 NUM_DRAWS = 5
+
+# Shape calibration: re-measures of a candidate outside the runtime window, with its batch rescaled toward
+# the window's geometric middle, at most CALIBRATION_MAX_FACTOR per step.
+CALIBRATION_TRIES = 3
+CALIBRATION_MAX_FACTOR = 64.0
 
 # Timing: the paper's 5 warm-ups and 10 timed iterations on the GPU; fewer on the CPU workload.
 TIMING = {"cuda": (5, 10), "cpu": (2, 5)}

@@ -55,7 +55,7 @@ def build_round(
         options.kernelbench, options.similarity_threshold, options.jaccard_threshold
     )
     unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(seen_keys)
-    executed = unique[KEPT] | "ExecuteCandidates" >> ExecuteCandidates(execution, options.batch_size)
+    executed = unique[KEPT] | "ExecuteCandidates" >> ExecuteCandidates(execution, options.batch_size, workload)
 
     stages = (composed, shaped, clean, unique, executed)
     rejected = tuple(s[REJECTED] for s in stages) | "AllRejections" >> beam.Flatten()

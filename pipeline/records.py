@@ -34,6 +34,7 @@ class Candidate:
     code: str = ""
     input_shapes: tuple[dict, ...] = ()
     dedup_key: str = ""
+    batch_scale: float = 1.0  # shape calibration's factor on the sampled batch
     measurements: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -12,6 +12,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
+from filters.calibration import run_calibrated
 from filters.decontamination import decontaminate, load_reference
 from filters.dedup import dedup_key, split_group
 from filters.execution import ExecutionConfig
@@ -22,7 +23,7 @@ from operator_catalog.codegen import render
 from operator_catalog.compose import CompositionError, compose
 from operator_catalog.entry import Workload
 from operator_catalog.transformers_modules import compose_transformers
-from pipeline.config import COMPOSE_ATTEMPTS
+from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES, COMPOSE_ATTEMPTS
 from pipeline.records import Candidate, CandidateSpec, Rejection
 
 KEPT = "kept"
@@ -45,12 +46,12 @@ def num_ops_of(data_source: str) -> int:
     return int(data_source.split("#", 1)[1])
 
 
-def make_candidate(spec: CandidateSpec, workload: Workload) -> Candidate:
+def make_candidate(spec: CandidateSpec, workload: Workload, batch_scale: float = 1.0) -> Candidate:
     """Compose and render one candidate; raises CompositionError when no chain fits."""
     if spec.data_source == "transformers":
-        task = compose_transformers(spec.seed, workload)
+        task = compose_transformers(spec.seed, workload, batch_scale)
     else:
-        task = render(compose(spec.seed, num_ops_of(spec.data_source), workload, COMPOSE_ATTEMPTS))
+        task = render(compose(spec.seed, num_ops_of(spec.data_source), workload, COMPOSE_ATTEMPTS, batch_scale))
     return Candidate(
         data_source=spec.data_source,
         index=spec.index,
@@ -59,7 +60,23 @@ def make_candidate(spec: CandidateSpec, workload: Workload) -> Candidate:
         code=task.source,
         input_shapes=tuple({"shape": list(s.shape), "dtype": s.dtype} for s in task.input_shapes),
         dedup_key=dedup_key(task.source),
+        batch_scale=batch_scale,
     )
+
+
+def rescale_candidate(candidate: Candidate, factor: float, workload: Workload) -> Candidate | None:
+    """The same candidate with its batch scaled by `factor`, or None where sizes cannot move that way."""
+    spec = CandidateSpec(candidate.data_source, candidate.index, candidate.seed)
+    try:
+        rescaled = make_candidate(spec, workload, candidate.batch_scale * factor)
+    except CompositionError:
+        return None
+    if rescaled.input_shapes == candidate.input_shapes:
+        return None  # the element budget (or rounding) holds the batch where it is
+    largest = max(max(s["shape"]) for s in rescaled.input_shapes)
+    if factor < 1 and largest < workload.min_largest_dim:
+        return None
+    return rescaled.measured(candidate.measurements)
 
 
 class _ComposeFn(beam.DoFn):
@@ -157,17 +174,28 @@ class DedupWithinSet(beam.PTransform):
 
 
 class _ExecuteBatchFn(beam.DoFn):
-    def __init__(self, config: ExecutionConfig):
+    def __init__(self, config: ExecutionConfig, workload: Workload):
         self.config = config
+        self.workload = workload
         self.pool: WorkerPool | None = None
 
     def setup(self) -> None:
         self.pool = WorkerPool(self.config)
 
     def process(self, batch: list[Candidate]) -> Iterator:
-        verdicts = self.pool.run([Job(f"{c.data_source}/{c.index}", c.code, c.seed) for c in batch])
-        for candidate, verdict in zip(batch, verdicts, strict=True):
-            yield from route(candidate, verdict, "execute")
+        results = run_calibrated(
+            self.pool,
+            batch,
+            job_of=lambda c: Job(f"{c.data_source}/{c.index}", c.code, c.seed),
+            rescale=lambda c, factor: rescale_candidate(c, factor, self.workload),
+            window=self.config.runtime_window_ms,
+            tries=CALIBRATION_TRIES,
+            max_factor=CALIBRATION_MAX_FACTOR,
+        )
+        for candidate, verdict, steps in results:
+            if steps:
+                Metrics.counter(COUNTER_NAMESPACE, "calibrated").inc()
+            yield from route(candidate.measured({"calibration_steps": steps}), verdict, "execute")
 
     def teardown(self) -> None:
         if self.pool is not None:
@@ -175,16 +203,18 @@ class _ExecuteBatchFn(beam.DoFn):
 
 
 class ExecuteCandidates(beam.PTransform):
-    """Run every candidate in isolated worker processes on the device; batches keep all workers busy."""
+    """Run every candidate in isolated worker processes on the device, calibrating the sizes of those outside
+    the runtime window; batches keep all workers busy."""
 
-    def __init__(self, config: ExecutionConfig, batch_size: int):
+    def __init__(self, config: ExecutionConfig, batch_size: int, workload: Workload):
         super().__init__()
         self.config = config
         self.batch_size = batch_size
+        self.workload = workload
 
     def expand(self, candidates):
         return (
             candidates
             | "Batch" >> beam.BatchElements(min_batch_size=self.batch_size, max_batch_size=self.batch_size)
-            | "RunChecks" >> beam.ParDo(_ExecuteBatchFn(self.config)).with_outputs(REJECTED, main=KEPT)
+            | "RunChecks" >> beam.ParDo(_ExecuteBatchFn(self.config, self.workload)).with_outputs(REJECTED, main=KEPT)
         )
