@@ -6,6 +6,7 @@ the same code path), so a crash, a hang or an out-of-memory costs only that task
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -161,10 +162,14 @@ def _check_distinguishable(outs: list[list[torch.Tensor]], cfg: ExecutionConfig)
             raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, "each output is a constant within tolerance")
 
 
-def run_checks(source: str, seed: int, cfg: ExecutionConfig) -> Verdict:
-    """Every execution check of one task, in-process; `WorkerPool` calls this inside its workers."""
+def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -> Verdict:
+    """Every execution check of one task, in-process; `WorkerPool` calls this inside its workers.
+
+    `device_lock`, shared by the workers of one GPU, is held while the task runs on the device (its draws and
+    its timings): kernels of two processes on one GPU slow each other, which would make a task's measured time
+    depend on its neighbour. Loading, and compiling (mostly CPU), overlap freely."""
     try:
-        return Verdict(KEEP, "", _checks(source, seed, cfg))
+        return Verdict(KEEP, "", _checks(source, seed, cfg, device_lock or contextlib.nullcontext()))
     except CheckFailed as failed:
         return failed.verdict
     except Exception as e:
@@ -174,7 +179,7 @@ def run_checks(source: str, seed: int, cfg: ExecutionConfig) -> Verdict:
             torch.cuda.empty_cache()  # under a per-worker memory budget, cached blocks of this task must not stay
 
 
-def _checks(source: str, seed: int, cfg: ExecutionConfig) -> dict[str, Any]:
+def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock) -> dict[str, Any]:
     """The measurements of a task that passes; raises CheckFailed with the first reason it fails."""
     try:
         task = load_task(source)
@@ -186,7 +191,7 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig) -> dict[str, Any]:
         model = task.model_class(*task.get_init_inputs())
     model = model.to(device).eval()
     outs: list[list[torch.Tensor]] = []
-    with torch.no_grad():
+    with device_lock, torch.no_grad():
         for i in range(cfg.num_draws):
             torch.manual_seed(seed + 1 + i)
             with torch.device(device):
@@ -211,13 +216,14 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig) -> dict[str, Any]:
         "output_shapes": [list(t.shape) for t in eager_out],
         "device_name": device_name(cfg.device),
     }
-    eager_ms = _time_forward_ms(model, first_inputs, cfg)
     low, high = cfg.runtime_window_ms
-    if cfg.device == "cuda":
-        # CUDA events pre-screen; the profiler decides where a task may be near the window.
-        measurements["eager_event_ms"] = eager_ms
-        if low / PRESCREEN_MARGIN <= eager_ms <= high * PRESCREEN_MARGIN:
-            eager_ms = _kernel_time_ms(model, first_inputs, cfg.iters)
+    with device_lock:
+        eager_ms = _time_forward_ms(model, first_inputs, cfg)
+        if cfg.device == "cuda":
+            # CUDA events pre-screen; the profiler decides where a task may be near the window.
+            measurements["eager_event_ms"] = eager_ms
+            if low / PRESCREEN_MARGIN <= eager_ms <= high * PRESCREEN_MARGIN:
+                eager_ms = _kernel_time_ms(model, first_inputs, cfg.iters)
     measurements["eager_ms"] = eager_ms
     if eager_ms < low:
         raise CheckFailed(RUNTIME_BELOW_WINDOW, f"eager {eager_ms:.4f} ms < {low} ms", measurements)
@@ -230,9 +236,10 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig) -> dict[str, Any]:
             compiled = torch.compile(model, backend=cfg.compile_backend)
             with torch.no_grad():
                 compiled_out = flatten_outputs(compiled(*first_inputs))
-            compile_ms = _time_forward_ms(compiled, first_inputs, cfg)  # also the warm-up of the profiled run
-            if cfg.device == "cuda":
-                compile_ms = _kernel_time_ms(compiled, first_inputs, cfg.iters)
+            with device_lock:
+                compile_ms = _time_forward_ms(compiled, first_inputs, cfg)  # also the profiled run's warm-up
+                if cfg.device == "cuda":
+                    compile_ms = _kernel_time_ms(compiled, first_inputs, cfg.iters)
             measurements["compile_ms"] = compile_ms
         except Exception as e:
             verdict = classify_error(e)

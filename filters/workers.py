@@ -34,7 +34,7 @@ class Job:
     seed: int  # seeds the model's parameters and the input draws
 
 
-def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None) -> None:
+def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None, device_lock) -> None:
     # A worker whose parent dies sees EOF on its pipe and exits: no orphan keeps a GPU context.
     if gpu_index is not None:
         import torch
@@ -51,7 +51,7 @@ def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None) 
             return
         job: Job = message
         try:
-            verdict = run_checks(job.source, job.seed, cfg)
+            verdict = run_checks(job.source, job.seed, cfg, device_lock)
         except Exception as e:  # a checker bug must cost one task, not the worker's queue
             verdict = Verdict(RUNTIME_ERROR, f"checker failed: {one_line(e)}")
         conn.send(("done", verdict_to_wire(verdict)))
@@ -77,9 +77,9 @@ def _describe_exit(code: int | None) -> str:
 
 
 class _Worker:
-    def __init__(self, ctx, cfg: ExecutionConfig, gpu_index: int | None):
+    def __init__(self, ctx, cfg: ExecutionConfig, gpu_index: int | None, device_lock):
         self.parent, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, cfg, gpu_index), daemon=True)
+        self.process = ctx.Process(target=_worker_main, args=(child, cfg, gpu_index, device_lock), daemon=True)
         self.process.start()
         child.close()
         self.gpu_index = gpu_index
@@ -101,6 +101,8 @@ class WorkerPool:
         self.cfg = cfg
         self._ctx = mp.get_context("spawn")
         self._gpus = self._gpu_indices()
+        # One lock per GPU: a task holds it while it runs on the device, so timings are not shared.
+        self._locks = {gpu: self._ctx.Lock() for gpu in self._gpus if gpu is not None}
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
 
@@ -112,7 +114,8 @@ class WorkerPool:
         return list(range(torch.cuda.device_count())) or [0]
 
     def _spawn(self, slot: int) -> _Worker:
-        return _Worker(self._ctx, self.cfg, self._gpus[slot % len(self._gpus)])
+        gpu = self._gpus[slot % len(self._gpus)]
+        return _Worker(self._ctx, self.cfg, gpu, self._locks.get(gpu))
 
     def _replace(self, slot: int) -> None:
         self._workers[slot].kill()
