@@ -7,9 +7,12 @@ task is lost, as a `crash`, `timeout` or `runtime_error` verdict, like a dead-le
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import multiprocessing as mp
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -25,6 +28,27 @@ from filters.execution import (
 from filters.reasons import CRASH, RUNTIME_ERROR, TIMEOUT, Verdict, one_line
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and creating a CUDA context, once per worker
+
+
+class DeviceLock:
+    """An exclusive inter-process lock on a file (flock): the OS releases it when its holder dies, so a worker
+    that segfaults or is killed on a timeout while holding it cannot wedge the others."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: int | None = None  # opened lazily, in the process that uses it
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "_fd": None}
+
+    def __enter__(self) -> DeviceLock:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -102,7 +126,10 @@ class WorkerPool:
         self._ctx = mp.get_context("spawn")
         self._gpus = self._gpu_indices()
         # One lock per GPU: a task holds it while it runs on the device, so timings are not shared.
-        self._locks = {gpu: self._ctx.Lock() for gpu in self._gpus if gpu is not None}
+        self._lock_dir = tempfile.mkdtemp(prefix="opsynth-locks-")
+        self._locks = {
+            gpu: DeviceLock(os.path.join(self._lock_dir, f"gpu{gpu}")) for gpu in self._gpus if gpu is not None
+        }
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
 
@@ -187,6 +214,7 @@ class WorkerPool:
         for w in self._workers:
             w.process.join(timeout=5)
             w.kill()
+        shutil.rmtree(self._lock_dir, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:
         return self

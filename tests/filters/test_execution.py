@@ -125,3 +125,26 @@ def test_checks_on_cuda():
     assert good.kept and good.measurements["device_name"].startswith("NVIDIA")
     assert stochastic.reason == NOT_DETERMINISTIC
     assert segfault.reason == CRASH
+
+
+def _hold_and_die(path):
+    import ctypes
+
+    from filters.workers import DeviceLock
+
+    with DeviceLock(path):
+        ctypes.string_at(0)
+
+
+def test_a_device_lock_is_released_when_its_holder_crashes(tmp_path):
+    import multiprocessing
+
+    from filters.workers import DeviceLock
+
+    path = str(tmp_path / "gpu0")
+    child = multiprocessing.get_context("spawn").Process(target=_hold_and_die, args=(path,))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == -11
+    with DeviceLock(path):  # would block forever if the dead holder still held it
+        pass
