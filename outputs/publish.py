@@ -1,0 +1,113 @@
+"""Publishing a finished dataset folder to the Hugging Face Hub, all of it in one commit.
+
+The folder is checked first (finished run, Hub card metadata, loads with `datasets`); every file but the run's
+state (`.opsynth/`) goes into a single `create_commit`, which uploads large files first and then commits
+once, so an interrupted upload never leaves half a dataset on the Hub. The token comes from the usual places
+(`HF_TOKEN`, `hf auth login`) and is never printed or written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from pipeline.errors import OpsynthError, UsageError
+
+STATE_DIR = ".opsynth"
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+
+
+@dataclass(frozen=True)
+class PublishPlan:
+    folder: Path
+    files: tuple[str, ...]  # paths relative to the folder, as they land in the repository
+    total_bytes: int
+    rows: int
+    commit_message: str
+
+
+def card_metadata(folder: Path) -> dict:
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    if not text.startswith("---\n") or "\n---" not in text[4:]:
+        raise UsageError(f"{folder / 'README.md'} has no YAML front matter; regenerate the card with opsynth generate")
+    try:
+        return yaml.safe_load(text[4 : text.index("\n---", 4)]) or {}
+    except yaml.YAMLError as e:
+        raise UsageError(f"{folder / 'README.md'}: its YAML front matter does not parse ({e.problem})") from None
+
+
+def plan_publish(folder_path: str) -> PublishPlan:
+    """Check that the folder is a finished opsynth dataset the Hub can serve, and list what to upload."""
+    folder = Path(folder_path)
+    if not folder.is_dir():
+        raise UsageError(f"{folder_path}: no such folder; give the --out folder of a finished opsynth generate run")
+    if not (folder / "stats.json").exists() or not (folder / "README.md").exists():
+        raise UsageError(
+            f"{folder_path} holds no finished opsynth dataset (no stats.json / README.md); "
+            "finish it by running the same opsynth generate command again"
+        )
+    meta = card_metadata(folder)
+    missing = [key for key in ("configs", "license", "dataset_info") if key not in meta]
+    if missing:
+        raise UsageError(f"{folder / 'README.md'}: card metadata lacks {', '.join(missing)}; regenerate the card")
+    stats = json.loads((folder / "stats.json").read_text())
+    from datasets import load_dataset
+
+    try:
+        rows = len(load_dataset(str(folder), split="train"))
+    except Exception as e:
+        raise UsageError(f"{folder_path} does not load with datasets ({type(e).__name__}: {e})") from None
+    if rows != stats["counts"]["rows"]:
+        raise UsageError(f"{folder_path}: datasets loads {rows} rows but stats.json says {stats['counts']['rows']}")
+    files = sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.is_file() and STATE_DIR not in p.relative_to(folder).parts and not p.name.startswith(".tmp-")
+    )
+    cfg = stats["config"]
+    message = f"Add {rows} opsynth tasks ({cfg['preset']}, seed {cfg['seed']}, {stats['device']})"
+    total = sum((folder / f).stat().st_size for f in files)
+    return PublishPlan(folder, tuple(files), total, rows, message)
+
+
+def publish(
+    folder: str,
+    repo_id: str,
+    private: bool = False,
+    revision: str | None = None,
+    dry_run: bool = False,
+    endpoint: str | None = None,
+    log=print,
+) -> PublishPlan:
+    if not REPO_ID.match(repo_id):
+        raise UsageError(f"--repo-id {repo_id!r}: expected ORG/NAME, e.g. --repo-id my-org/cuda-tasks-6k")
+    plan = plan_publish(folder)
+    log(f"{plan.rows} rows, {len(plan.files)} files, {plan.total_bytes / 2**20:.1f} MiB for datasets/{repo_id}")
+    if dry_run:
+        for f in plan.files:
+            log(f"  {f}")
+        log("dry run: nothing uploaded")
+        return plan
+
+    from huggingface_hub import CommitOperationAdd, HfApi, get_token
+
+    token = get_token()
+    if not token:
+        raise UsageError("no Hugging Face token: run `hf auth login` or set HF_TOKEN, then publish again")
+    api = HfApi(endpoint=endpoint, token=token)
+    try:
+        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        if revision and revision != "main":
+            api.create_branch(repo_id, branch=revision, repo_type="dataset", exist_ok=True)
+        operations = [CommitOperationAdd(path_in_repo=f, path_or_fileobj=str(plan.folder / f)) for f in plan.files]
+        info = api.create_commit(
+            repo_id, operations, commit_message=plan.commit_message, repo_type="dataset", revision=revision
+        )
+    except Exception as e:  # the Hub's errors name the request; the token is in headers, never in the message
+        raise OpsynthError(f"publishing to datasets/{repo_id} failed: {type(e).__name__}: {e}") from None
+    log(f"published in one commit: {info.commit_url}")
+    return plan

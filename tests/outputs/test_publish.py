@@ -1,0 +1,116 @@
+"""Publishing, against a local stand-in for the Hub's HTTP API that records what it is sent."""
+
+import base64
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+
+from outputs.publish import publish
+from pipeline.cli import main
+from pipeline.errors import UsageError
+
+TOKEN = "hf_test_token_that_must_never_be_printed"
+
+
+class _FakeHub(BaseHTTPRequestHandler):
+    commits: ClassVar[list] = []  # (path, NDJSON lines) of every commit received
+    created: ClassVar[list] = []  # bodies of every repository creation
+
+    def _reply(self, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        assert self.headers.get("Authorization") == f"Bearer {TOKEN}"
+        if self.path == "/api/repos/create":
+            body = json.loads(data)
+            self.created.append(body)
+            self._reply({"url": f"http://{self.headers['Host']}/datasets/{body['organization']}/{body['name']}"})
+        elif self.path == "/api/validate-yaml":
+            self._reply({"errors": [], "warnings": []})
+        elif "/preupload/" in self.path:
+            files = json.loads(data)["files"]
+            self._reply({"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]})
+        elif "/commit/" in self.path:
+            lines = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+            self.commits.append((self.path, lines))
+            self._reply({"commitUrl": f"http://{self.headers['Host']}/datasets/acme/x/commit/abc", "commitOid": "abc"})
+        else:
+            self.send_error(404)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def hub(monkeypatch):
+    _FakeHub.commits, _FakeHub.created = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def dataset_folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pub") / "out"
+    argv = ["generate", "--out", str(out), "--num-samples", "4", "--device", "cpu", "--workload", "tiny",
+            "--workers", "2", "--no-compile-check"]  # fmt: skip
+    assert main(argv) == 0
+    return out
+
+
+def test_upload_is_one_commit_of_every_file_but_the_run_state(dataset_folder, hub, capsys):
+    plan = publish(str(dataset_folder), "acme/x", private=True, endpoint=hub)
+    (created,) = _FakeHub.created
+    assert (created["name"], created.get("organization"), created["type"]) == ("x", "acme", "dataset")
+    assert len(_FakeHub.commits) == 1
+    path, lines = _FakeHub.commits[0]
+    assert path == "/api/datasets/acme/x/commit/main"
+    uploaded = {line["value"]["path"]: line["value"] for line in lines if line["key"] == "file"}
+    assert set(uploaded) == set(plan.files)
+    assert {"README.md", "stats.json", "data/train-00000-of-00001.parquet"} <= set(uploaded)
+    assert not any(p.startswith(".opsynth") for p in uploaded)
+    card = base64.b64decode(uploaded["README.md"]["content"])
+    assert card == (dataset_folder / "README.md").read_bytes()
+    captured = capsys.readouterr()
+    assert TOKEN not in captured.out + captured.err
+
+
+def test_dry_run_works_offline_and_uploads_nothing(dataset_folder, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    assert main(["publish", str(dataset_folder), "--repo-id", "acme/x", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "dry run: nothing uploaded" in out and "data/train-00000-of-00001.parquet" in out
+
+
+@pytest.mark.parametrize("repo_id", ["no-slash", "a/b/c", "/x", "acme/"])
+def test_bad_repo_ids_are_usage_errors(dataset_folder, repo_id):
+    with pytest.raises(UsageError, match="ORG/NAME"):
+        publish(str(dataset_folder), repo_id, dry_run=True)
+
+
+def test_folders_that_are_not_finished_datasets_are_refused(tmp_path, capsys):
+    assert main(["publish", str(tmp_path / "missing"), "--repo-id", "acme/x", "--dry-run"]) == 2
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "README.md").write_text("hello")
+    assert main(["publish", str(tmp_path / "half"), "--repo-id", "acme/x", "--dry-run"]) == 2
+    assert "finished" in capsys.readouterr().err
+
+
+def test_no_token_is_a_usage_error(dataset_folder, monkeypatch, tmp_path):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # no cached login either
+    with pytest.raises(UsageError, match="hf auth login"):
+        publish(str(dataset_folder), "acme/x", endpoint="http://127.0.0.1:9")
