@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from outputs.figures import FIGURES
 from outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA
 from outputs.shards import write_text_atomic
 
@@ -149,6 +150,8 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
             for stage, f in stats["funnel"].items()
         ],
     )
+    lines += ["", "## Figures", ""]
+    lines += [f"![{title}](figures/{name}.png)" for name, title in FIGURES.items()]
     lines += [
         "",
         "## Columns",

@@ -23,6 +23,7 @@ from filters.execution import ExecutionConfig, device_name
 from operator_catalog import catalog_version
 from operator_catalog.registry import sampleable
 from outputs.card import split_info, write_card
+from outputs.figures import write_figures
 from outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
 from outputs.shards import write_shards, write_text_atomic
 from outputs.stats import build_stats
@@ -231,6 +232,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         device=device_name(options.device),
         generator_version=version,
     )
+    write_figures(out, [task_row(c, version) for c in rows], stats)
     write_card(out / "README.md", stats, {"default": split_info(task_shards), "rejected": split_info(rejected_shards)})
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=2, sort_keys=True))
     log(f"wrote {len(rows)} rows to {out / 'data'}; funnel and settings in {out / 'stats.json'}")

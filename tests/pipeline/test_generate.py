@@ -58,6 +58,17 @@ def test_every_task_reexecutes_independently(generated):
         assert not any(outputs_close(o, outs[0], 1e-2, 1e-2) for o in outs[1:]), row["id"]
 
 
+def test_figures_are_pngs_shown_in_the_card(generated):
+    from PIL import Image
+
+    card = (generated / "README.md").read_text()
+    for name in ("ops_per_task", "top_operators", "eager_time", "kb_similarity"):
+        path = generated / "figures" / f"{name}.png"
+        with Image.open(path) as image:
+            assert image.format == "PNG" and image.size[0] > 300
+        assert f"(figures/{name}.png)" in card
+
+
 def test_card_and_stats_agree(generated):
     card = (generated / "README.md").read_text()
     meta = yaml.safe_load(card.split("---")[1])

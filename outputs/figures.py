@@ -1,0 +1,81 @@
+"""The card's figures: ops per task, top operators, eager time with the window, KernelBench similarity with
+the threshold (the paper's Fig. 7 shows the same distribution). PNGs written atomically under `figures/`."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+FIGURES = {
+    "ops_per_task": "Rows per data source",
+    "top_operators": "The 25 most frequent operators",
+    "eager_time": "Eager time per forward, with the runtime window",
+    "kb_similarity": "AST similarity to the nearest KernelBench task, with the threshold",
+}
+
+
+def _axes(width: float, height: float):
+    # Figure without pyplot: no backend selection and no global state, so it is safe in any worker.
+    fig = Figure(figsize=(width, height))
+    return fig, fig.subplots()
+
+
+def _save(fig: Figure, path: Path) -> None:
+    tmp = path.with_name(f".tmp-{path.name}")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+    os.replace(tmp, path)
+
+
+def write_figures(folder: Path, rows: list[dict], stats: dict) -> list[str]:
+    """Draw every figure from the rows written; returns their paths relative to the dataset folder."""
+    figures = folder / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    cfg = stats["config"]
+
+    fig, ax = _axes(6, 3.2)
+    sources = list(stats["rows_per_data_source"])
+    ax.bar(sources, [stats["rows_per_data_source"][s] for s in sources], color="#4C72B0")
+    ax.set_ylabel("rows")
+    ax.set_title(FIGURES["ops_per_task"])
+    _save(fig, figures / "ops_per_task.png")
+
+    counts = Counter(op for r in rows if r["data_source"] != "transformers" for op in json.loads(r["ops"]))
+    top = counts.most_common(25)[::-1]
+    fig, ax = _axes(6, 6)
+    ax.barh([name for name, _ in top], [n for _, n in top], color="#55A868")
+    ax.set_xlabel("occurrences in ops")
+    ax.set_title(FIGURES["top_operators"])
+    _save(fig, figures / "top_operators.png")
+
+    eager = [r["eager_ms"] for r in rows if r["eager_ms"]]
+    low, high = cfg["runtime_window_ms"]
+    fig, ax = _axes(6, 3.2)
+    if eager:
+        lo, hi = max(min(eager), 1e-4), max(eager)
+        bins = [lo * (hi / lo) ** (i / 40) for i in range(41)] if hi > lo else 10
+        ax.hist(eager, bins=bins, color="#8172B2")
+        ax.set_xscale("log")
+    for edge in (low, high):
+        if edge > 0:
+            ax.axvline(edge, color="k", linestyle="--", linewidth=1)
+    ax.set_xlabel(f"eager ms on {stats['device']}")
+    ax.set_ylabel("rows")
+    ax.set_title(FIGURES["eager_time"])
+    _save(fig, figures / "eager_time.png")
+
+    scores = [r["kb_ast_similarity"] for r in rows if r["kb_ast_similarity"] is not None]
+    fig, ax = _axes(6, 3.2)
+    ax.axvspan(0.25, 0.35, color="#DDDDDD", label="most of the paper's kept tasks")
+    ax.hist(scores, bins=[i / 50 for i in range(51)], color="#C44E52", label="this set")
+    ax.axvline(cfg["similarity_threshold"], color="k", linestyle="--", linewidth=1, label="threshold")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("kb_ast_similarity (max over KernelBench levels 1-3)")
+    ax.set_ylabel("rows")
+    ax.legend(fontsize=8)
+    ax.set_title(FIGURES["kb_similarity"])
+    _save(fig, figures / "kb_similarity.png")
+    return [f"figures/{name}.png" for name in FIGURES]
