@@ -60,9 +60,13 @@ class Job:
 
 def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None, device_lock) -> None:
     # A worker whose parent dies sees EOF on its pipe and exits: no orphan keeps a GPU context.
-    if gpu_index is not None:
-        import torch
+    import torch
 
+    if gpu_index is None:
+        # CPU workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up
+        # as ~10 ms forwards in tiny-workload timings.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.workers))
+    else:
         torch.cuda.set_device(gpu_index)
         torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction / max(1, _workers_per_gpu(cfg)))
     conn.send(("ready", os.getpid()))
