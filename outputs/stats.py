@@ -75,5 +75,14 @@ def build_stats(
         "quota_per_data_source": quota,
         "released_mixture_percent": OPS6K_MIXTURE,
         "rounds": rounds,
-        "timings_s": {"total": round(wall_s, 3), "rounds": round(sum(r["wall_s"] for r in rounds), 3)},
+        "timings_s": {
+            "total": round(wall_s, 3),
+            "rounds": round(sum(r["wall_s"] for r in rounds), 3),
+            # Work inside each stage, summed over its workers (so it can exceed the wall time).
+            "stage_work": {
+                stage: round(sum(r["stage_work_s"].get(stage, 0.0) for r in rounds), 3)
+                for stage in STAGES
+                if any(stage in r["stage_work_s"] for r in rounds)
+            },
+        },
     }

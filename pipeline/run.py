@@ -42,10 +42,12 @@ from pipeline.graph import build_round
 from pipeline.options import GenerateOptions, quotas
 from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
 from pipeline.selection import select
+from pipeline.stages import stage_work_seconds
 
 STATE_DIR = ".opsynth"
 CONFIG_FILE = "config.json"
 DONE_MARKER = "_SUCCESS"
+WORK_FILE = "stage_work_s.json"
 MIN_CANDIDATES_PER_ROUND = 4
 
 
@@ -130,9 +132,11 @@ def _run_round(specs, options, execution, seen_keys, round_dir: Path, beam_args:
     if round_dir.exists():
         shutil.rmtree(round_dir)  # an interrupted round is redone whole
     round_dir.mkdir(parents=True)
-    pipeline_options = PipelineOptions(beam_args)
-    with beam.Pipeline(options=pipeline_options) as p:
-        build_round(p, specs, options, execution, seen_keys, str(round_dir))
+    p = beam.Pipeline(options=PipelineOptions(beam_args))
+    build_round(p, specs, options, execution, seen_keys, str(round_dir))
+    result = p.run()
+    result.wait_until_finish()
+    write_text_atomic(round_dir / WORK_FILE, json.dumps(stage_work_seconds(result), sort_keys=True))
     (round_dir / DONE_MARKER).write_text("")
 
 
@@ -192,6 +196,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
                 "candidates": len(specs),
                 "accepted": len(new_accepted),
                 "resumed": resumed,
+                "stage_work_s": json.loads((round_dir / WORK_FILE).read_text()),
                 "wall_s": round(time.monotonic() - t0, 3),
             }
         )

@@ -6,6 +6,8 @@ both per reason, so the top of the pipeline reads as a short chain of labelled s
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
@@ -29,6 +31,32 @@ from pipeline.records import Candidate, CandidateSpec, Rejection
 KEPT = "kept"
 REJECTED = "rejected"
 COUNTER_NAMESPACE = "opsynth"
+
+
+TIME_SUFFIX = "_work_us"
+
+
+@contextlib.contextmanager
+def stage_clock(stage: str):
+    """Adds the wall time of the enclosed work to the counter `<stage>_work_us`; stats.json reports the sums.
+    Only a stage's own work is enclosed, never its yields, behind which fused downstream stages run."""
+    start = time.perf_counter()
+    yield
+    Metrics.counter(COUNTER_NAMESPACE, f"{stage}{TIME_SUFFIX}").inc(round((time.perf_counter() - start) * 1e6))
+
+
+def stage_work_seconds(result) -> dict[str, float]:
+    """Seconds of work per stage, from a finished pipeline's counters."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    work: dict[str, float] = {}
+    for counter in result.metrics().query(MetricsFilter().with_namespace(COUNTER_NAMESPACE))["counters"]:
+        name = counter.key.metric.name
+        if name.endswith(TIME_SUFFIX):
+            value = counter.committed if counter.committed is not None else counter.attempted
+            stage = name.removesuffix(TIME_SUFFIX)
+            work[stage] = work.get(stage, 0.0) + value / 1e6
+    return work
 
 
 def route(candidate: Candidate, verdict: Verdict, stage: str) -> Iterator:
@@ -84,11 +112,13 @@ class _ComposeFn(beam.DoFn):
         self.workload = workload
 
     def process(self, spec: CandidateSpec) -> Iterator:
-        try:
-            candidate = make_candidate(spec, self.workload)
-        except CompositionError as e:
-            empty = Candidate(spec.data_source, spec.index, spec.seed)
-            yield from route(empty, Verdict(SHAPE_ERROR, str(e)[:300]), "compose")
+        with stage_clock("compose"):
+            try:
+                candidate, failure = make_candidate(spec, self.workload), None
+            except CompositionError as e:
+                candidate, failure = Candidate(spec.data_source, spec.index, spec.seed), str(e)[:300]
+        if failure is not None:
+            yield from route(candidate, Verdict(SHAPE_ERROR, failure), "compose")
             return
         Metrics.counter(COUNTER_NAMESPACE, "candidates").inc()
         yield candidate
@@ -107,7 +137,9 @@ class ComposeCandidates(beam.PTransform):
 
 class _ShapeCheckFn(beam.DoFn):
     def process(self, candidate: Candidate) -> Iterator:
-        yield from route(candidate, check_shapes(candidate.code), "shape_check")
+        with stage_clock("shape_check"):
+            verdict = check_shapes(candidate.code)
+        yield from route(candidate, verdict, "shape_check")
 
 
 class CheckShapes(beam.PTransform):
@@ -128,7 +160,8 @@ class _DecontaminateFn(beam.DoFn):
         self.index = load_reference(self.reference)
 
     def process(self, candidate: Candidate) -> Iterator:
-        verdict = decontaminate(candidate.code, self.index, self.ast_threshold, self.jaccard_threshold)
+        with stage_clock("decontaminate"):
+            verdict = decontaminate(candidate.code, self.index, self.ast_threshold, self.jaccard_threshold)
         yield from route(candidate, verdict, "decontaminate")
 
 
@@ -183,15 +216,16 @@ class _ExecuteBatchFn(beam.DoFn):
         self.pool = WorkerPool(self.config)
 
     def process(self, batch: list[Candidate]) -> Iterator:
-        results = run_calibrated(
-            self.pool,
-            batch,
-            job_of=lambda c: Job(f"{c.data_source}/{c.index}", c.code, c.seed),
-            rescale=lambda c, factor: rescale_candidate(c, factor, self.workload),
-            window=self.config.runtime_window_ms,
-            tries=CALIBRATION_TRIES,
-            max_factor=CALIBRATION_MAX_FACTOR,
-        )
+        with stage_clock("execute"):
+            results = run_calibrated(
+                self.pool,
+                batch,
+                job_of=lambda c: Job(f"{c.data_source}/{c.index}", c.code, c.seed),
+                rescale=lambda c, factor: rescale_candidate(c, factor, self.workload),
+                window=self.config.runtime_window_ms,
+                tries=CALIBRATION_TRIES,
+                max_factor=CALIBRATION_MAX_FACTOR,
+            )
         for candidate, verdict, steps in results:
             if steps:
                 Metrics.counter(COUNTER_NAMESPACE, "calibrated").inc()

@@ -85,6 +85,8 @@ def test_card_and_stats_agree(generated):
     assert len(rejected) == stats["counts"]["rejected"]
     assert sum(stats["dropped_by_reason"].values()) == len(rejected)
     assert stats["funnel"]["execute"]["kept"] == stats["counts"]["accepted"]
+    work = stats["timings_s"]["stage_work"]
+    assert {"compose", "shape_check", "decontaminate", "execute"} <= set(work) and work["execute"] > 0
 
 
 def test_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(generated, kernelbench_parquet, capsys):
