@@ -101,13 +101,15 @@ def test_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(g
     assert "seed" in capsys.readouterr().err
 
 
-def test_same_seed_same_dataset_and_resume_after_losing_the_outputs(tmp_path):
+def test_same_seed_same_dataset_on_both_local_runners_and_resume_after_losing_the_outputs(tmp_path):
     # A window no task can leave: timing noise at a window's edge may legitimately change a verdict.
     argv = ["--num-samples", "10", "--seed", "11", *TINY, "--no-compile-check", "--runtime-window-ms", "0,10000"]
     assert main(["generate", "--out", str(tmp_path / "a"), *argv]) == 0
     assert main(["generate", "--out", str(tmp_path / "b"), *argv]) == 0
-    ids = [load_dataset(str(tmp_path / d), split="train")["id"] for d in "ab"]
-    assert ids[0] == ids[1]
+    multi = ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]
+    assert main(["generate", "--out", str(tmp_path / "c"), *argv, *multi]) == 0
+    ids = [load_dataset(str(tmp_path / d), split="train")["id"] for d in "abc"]
+    assert ids[0] == ids[1] == ids[2]  # in-process and multi-process Beam runs make the same dataset
     # A run killed after its rounds but before its final files resumes from the finished rounds.
     for name in ("stats.json", "README.md"):
         (tmp_path / "a" / name).unlink()
