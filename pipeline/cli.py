@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  opsynth bench execute --device cuda --n 400 --out gpu.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    bench.add_argument("stage", choices=("cpu", "decontam", "execute"))
+    bench.add_argument("stage", choices=("cpu", "decontam", "execute", "gpu"), help="gpu: execute on CUDA")
     bench.add_argument("--n", type=int, default=200, help="candidates to push through (default 200)")
     bench.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     bench.add_argument("--workload", choices=tuple(WORKLOADS), help="default: gpu on CUDA, else tiny")
@@ -317,11 +317,17 @@ def cmd_similarity(args) -> int:
 def cmd_bench(args) -> int:
     from bench.harness import run_bench
 
-    device = _resolve_device(args.device)
+    if args.stage == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("opsynth bench gpu needs a CUDA device; here use opsynth bench execute --device cpu")
+    device = _resolve_device("cuda" if args.stage == "gpu" else args.device)
     workload = args.workload or ("gpu" if device == "cuda" else "tiny")
     n = _positive("--n", args.n)
     workers = _positive("--workers", args.workers) or _default_workers(device)
-    result = run_bench(args.stage, n, workload, device, workers, not args.no_compile_check)
+    stage = "execute" if args.stage == "gpu" else args.stage
+    result = run_bench(stage, n, workload, device, workers, not args.no_compile_check)
     text = json.dumps(result, indent=2)
     if args.out:
         from pathlib import Path

@@ -30,6 +30,18 @@ def test_shards_are_bounded_and_replace_older_ones(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [shard_name("train", 0, 1)]
 
 
+def test_shards_and_row_groups_are_bounded_by_bytes(tmp_path):
+    rows = _rows(40)
+    for r in rows:
+        r["code"] = "x" * 1000
+    paths = write_shards(rows, TASK_SCHEMA, tmp_path, "train", max_rows=100, row_group_rows=100,
+                         max_bytes=5_000, max_row_group_bytes=2_500)  # fmt: skip
+    assert len(paths) == 10  # about 1.2 kB a row: 4 rows fit under 5 kB
+    meta = pq.ParquetFile(paths[0]).metadata
+    assert meta.num_rows == 4 and meta.num_row_groups == 2
+    assert sum(pq.ParquetFile(p).metadata.num_rows for p in paths) == 40
+
+
 def test_empty_split_still_has_one_readable_shard(tmp_path):
     (path,) = write_shards([], TASK_SCHEMA, tmp_path, "rejected", max_rows=10, row_group_rows=4)
     assert pq.read_table(path).num_rows == 0
