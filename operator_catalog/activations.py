@@ -6,7 +6,7 @@ otherwise, function forms are called on the flowing tensor.
 
 from __future__ import annotations
 
-from operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext
+from operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext, keyword_call
 
 FAMILY = "activations"
 ANY_RANK = (2, 3, 4, 5)
@@ -24,9 +24,7 @@ def _with_kwargs(name: str, style: str, choices: dict[str, tuple]):
 
     def sample(ctx: SampleContext) -> OpCall:
         kw = tuple((k, ctx.choice(v)) for k, v in choices.items())
-        if style == "module":
-            return OpCall(name=name, style=style, target=name, init_kwargs=kw)
-        return OpCall(name=name, style=style, target=name, kwargs=kw)
+        return keyword_call(name, style, kw)
 
     return sample
 
@@ -36,9 +34,7 @@ def _softmax_like(name: str, style: str):
 
     def sample(ctx: SampleContext) -> OpCall:
         dim = ctx.rng.randrange(1, ctx.x.rank)
-        if style == "module":
-            return OpCall(name=name, style=style, target=name, init_kwargs=(("dim", dim),))
-        return OpCall(name=name, style=style, target=name, kwargs=(("dim", dim),))
+        return keyword_call(name, style, (("dim", dim),))
 
     return sample
 
@@ -54,9 +50,7 @@ def _glu(name: str, style: str):
         if not dims:
             raise NotApplicable("GLU needs an even dimension")
         dim = ctx.choice(dims)
-        if style == "module":
-            return OpCall(name=name, style=style, target=name, init_kwargs=(("dim", dim),))
-        return OpCall(name=name, style=style, target=name, kwargs=(("dim", dim),))
+        return keyword_call(name, style, (("dim", dim),))
 
     return sample
 

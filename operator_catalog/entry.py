@@ -127,6 +127,14 @@ class SampleContext:
         return self.choice(self.workload.channels)
 
 
+def keyword_call(name: str, style: str, kwargs: tuple[tuple[str, Any], ...]) -> OpCall:
+    """An operator whose hyperparameters are keywords: of the constructor for a module, of the call for a
+    function (`nn.Softmax(dim=1)` / `F.softmax(x, dim=1)`)."""
+    if style == "module":
+        return OpCall(name=name, style="module", target=name, init_kwargs=kwargs)
+    return OpCall(name=name, style="function", target=name, kwargs=kwargs)
+
+
 Sampler = Callable[[SampleContext], OpCall]
 
 

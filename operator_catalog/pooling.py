@@ -5,7 +5,7 @@ Windows never exceed the input's smallest spatial extent, so every sampled pool 
 
 from __future__ import annotations
 
-from operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext, X
+from operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext, X, keyword_call
 
 FAMILY = "pooling"
 
@@ -17,9 +17,7 @@ def _pool(name: str, style: str):
             raise NotApplicable(f"{name} needs a spatial extent >= 2")
         kernel = ctx.choice([k for k in (2, 3) if k <= extent])
         kwargs = (("kernel_size", kernel), ("stride", ctx.choice((kernel, 1))))
-        if style == "module":
-            return OpCall(name=name, style="module", target=name, init_kwargs=kwargs)
-        return OpCall(name=name, style="function", target=name, kwargs=kwargs)
+        return keyword_call(name, style, kwargs)
 
     return sample
 

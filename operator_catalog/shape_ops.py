@@ -5,7 +5,7 @@ They move or replicate data without arithmetic; samplers keep every result withi
 
 from __future__ import annotations
 
-from operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X
+from operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X, keyword_call
 
 FAMILY = "shape_ops"
 RANKS = (2, 3, 4, 5)
@@ -85,9 +85,7 @@ def _resample(name: str, style: str):
             {3: ("nearest", "linear"), 4: ("nearest", "bilinear"), 5: ("nearest", "trilinear")}[ctx.x.rank]
         )
         kwargs = (("scale_factor", 2.0), ("mode", mode))
-        if style == "module":
-            return OpCall(name=name, style="module", target=name, init_kwargs=kwargs)
-        return OpCall(name=name, style="function", target=name, kwargs=kwargs)
+        return keyword_call(name, style, kwargs)
 
     return sample
 
@@ -131,9 +129,7 @@ def _unfold(name: str, style: str):
         if min(ctx.x.shape[2:]) < 2:
             raise NotApplicable(f"{name} needs spatial extent >= 2")
         kwargs = (("kernel_size", 2), ("stride", ctx.choice((1, 2))))
-        if style == "module":
-            return OpCall(name=name, style="module", target=name, init_kwargs=kwargs)
-        return OpCall(name=name, style="function", target=name, kwargs=kwargs)
+        return keyword_call(name, style, kwargs)
 
     return sample
 
