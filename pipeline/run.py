@@ -205,18 +205,18 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         )
     short = {s: quota[s] - len(selected[s]) for s in quota if len(selected[s]) < quota[s]}
     if short:
-        reasons = Counter(x.reason for x in rejections).most_common(3)
+        reasons = ", ".join(f"{reason} {n}" for reason, n in Counter(x.reason for x in rejections).most_common(3))
+        missing = ", ".join(f"{n} {source}" for source, n in short.items())
         raise OpsynthError(
-            f"after {MAX_ROUNDS} rounds still missing {short} rows (most rejections: {reasons}); "
+            f"after {MAX_ROUNDS} rounds still missing {missing} rows (most rejections: {reasons}); "
             "widen --runtime-window-ms or change --mixture"
         )
 
     rejections.extend(skipped)
     rows = sorted((c for source_rows in selected.values() for c in source_rows), key=lambda c: c.id)
     version = generator_version()
-    task_shards = write_shards(
-        [task_row(c, version) for c in rows], TASK_SCHEMA, out / "data", "train", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS
-    )
+    task_rows = [task_row(c, version) for c in rows]
+    task_shards = write_shards(task_rows, TASK_SCHEMA, out / "data", "train", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS)
     rejected_sorted = sorted(rejections, key=lambda x: x.candidate.order)
     rejected_shards = write_shards(
         [rejected_row(x) for x in rejected_sorted],
@@ -237,7 +237,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         device=device_name(options.device),
         generator_version=version,
     )
-    write_figures(out, [task_row(c, version) for c in rows], stats)
+    write_figures(out, task_rows, stats)
     write_card(out / "README.md", stats, {"default": split_info(task_shards), "rejected": split_info(rejected_shards)})
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=2, sort_keys=True))
     log(f"wrote {len(rows)} rows to {out / 'data'}; funnel and settings in {out / 'stats.json'}")
