@@ -47,6 +47,7 @@ def build_round(
     execution: ExecutionConfig,
     seen_keys: frozenset[str],
     round_dir: str,
+    progress_dir: str,
 ) -> None:
     workload = WORKLOADS[options.workload]
     composed = p | "CandidateSpecs" >> beam.Create(specs) | "ComposeCandidates" >> ComposeCandidates(workload)
@@ -55,7 +56,9 @@ def build_round(
         options.kernelbench, options.similarity_threshold, options.jaccard_threshold
     )
     unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(seen_keys)
-    executed = unique[KEPT] | "ExecuteCandidates" >> ExecuteCandidates(execution, options.batch_size, workload)
+    executed = unique[KEPT] | "ExecuteCandidates" >> ExecuteCandidates(
+        execution, options.batch_size, workload, progress_dir
+    )
 
     stages = (composed, shaped, clean, unique, executed)
     rejected = tuple(s[REJECTED] for s in stages) | "AllRejections" >> beam.Flatten()

@@ -48,6 +48,7 @@ STATE_DIR = ".opsynth"
 CONFIG_FILE = "config.json"
 DONE_MARKER = "_SUCCESS"
 WORK_FILE = "stage_work_s.json"
+PROGRESS_DIR = "progress"  # the execution stage's checkpoints, shared by the rounds of a run
 MIN_CANDIDATES_PER_ROUND = 4
 
 
@@ -133,7 +134,7 @@ def _run_round(specs, options, execution, seen_keys, round_dir: Path, beam_args:
         shutil.rmtree(round_dir)  # an interrupted round is redone whole
     round_dir.mkdir(parents=True)
     p = beam.Pipeline(options=PipelineOptions(beam_args))
-    build_round(p, specs, options, execution, seen_keys, str(round_dir))
+    build_round(p, specs, options, execution, seen_keys, str(round_dir), str(round_dir.parent / PROGRESS_DIR))
     result = p.run()
     result.wait_until_finish()
     write_text_atomic(round_dir / WORK_FILE, json.dumps(stage_work_seconds(result), sort_keys=True))

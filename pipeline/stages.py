@@ -26,6 +26,7 @@ from operator_catalog.compose import CompositionError, compose
 from operator_catalog.entry import Workload
 from operator_catalog.transformers_modules import compose_transformers
 from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES, COMPOSE_ATTEMPTS
+from pipeline.progress import ExecutionProgress
 from pipeline.records import Candidate, CandidateSpec, Rejection
 
 KEPT = "kept"
@@ -207,25 +208,34 @@ class DedupWithinSet(beam.PTransform):
 
 
 class _ExecuteBatchFn(beam.DoFn):
-    def __init__(self, config: ExecutionConfig, workload: Workload):
+    def __init__(self, config: ExecutionConfig, workload: Workload, progress_dir: str):
         self.config = config
         self.workload = workload
+        self.progress_dir = progress_dir
         self.pool: WorkerPool | None = None
+        self.progress: ExecutionProgress | None = None
 
     def setup(self) -> None:
         self.pool = WorkerPool(self.config)
+        self.progress = ExecutionProgress(self.progress_dir).load()
 
     def process(self, batch: list[Candidate]) -> Iterator:
-        with stage_clock("execute"):
-            results = run_calibrated(
-                self.pool,
-                batch,
-                job_of=lambda c: Job(f"{c.data_source}/{c.index}", c.code, c.seed),
-                rescale=lambda c, factor: rescale_candidate(c, factor, self.workload),
-                window=self.config.runtime_window_ms,
-                tries=CALIBRATION_TRIES,
-                max_factor=CALIBRATION_MAX_FACTOR,
-            )
+        results = [r for r in map(self.progress.lookup, batch) if r is not None]
+        Metrics.counter(COUNTER_NAMESPACE, "execute_reused").inc(len(results))
+        todo = [c for c in batch if self.progress.lookup(c) is None]
+        if todo:
+            with stage_clock("execute"):
+                fresh = run_calibrated(
+                    self.pool,
+                    todo,
+                    job_of=lambda c: Job(f"{c.data_source}/{c.index}", c.code, c.seed),
+                    rescale=lambda c, factor: rescale_candidate(c, factor, self.workload),
+                    window=self.config.runtime_window_ms,
+                    tries=CALIBRATION_TRIES,
+                    max_factor=CALIBRATION_MAX_FACTOR,
+                )
+            self.progress.record(todo, fresh)
+            results += fresh
         for candidate, verdict, steps in results:
             if steps:
                 Metrics.counter(COUNTER_NAMESPACE, "calibrated").inc()
@@ -238,17 +248,22 @@ class _ExecuteBatchFn(beam.DoFn):
 
 class ExecuteCandidates(beam.PTransform):
     """Run every candidate in isolated worker processes on the device, calibrating the sizes of those outside
-    the runtime window; batches keep all workers busy."""
+    the runtime window; batches keep all workers busy, and each finished batch is checkpointed under
+    `progress_dir`, so a rerun of an interrupted round redoes only the batches that were in flight."""
 
-    def __init__(self, config: ExecutionConfig, batch_size: int, workload: Workload):
+    def __init__(self, config: ExecutionConfig, batch_size: int, workload: Workload, progress_dir: str):
         super().__init__()
         self.config = config
         self.batch_size = batch_size
         self.workload = workload
+        self.progress_dir = progress_dir
 
     def expand(self, candidates):
         return (
             candidates
             | "Batch" >> beam.BatchElements(min_batch_size=self.batch_size, max_batch_size=self.batch_size)
-            | "RunChecks" >> beam.ParDo(_ExecuteBatchFn(self.config, self.workload)).with_outputs(REJECTED, main=KEPT)
+            | "RunChecks"
+            >> beam.ParDo(_ExecuteBatchFn(self.config, self.workload, self.progress_dir)).with_outputs(
+                REJECTED, main=KEPT
+            )
         )

@@ -1,0 +1,49 @@
+"""A run killed with SIGKILL mid-way, then resumed with the same command, ends with the dataset of an
+uninterrupted run, reusing the execution checkpoints it had written."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from datasets import load_dataset
+
+from pipeline.cli import main
+
+# A window no task can leave, so that timing noise cannot make the two runs differ.
+ARGS = ["--num-samples", "120", "--seed", "5", "--device", "cpu", "--workload", "tiny", "--workers", "2",
+        "--no-compile-check", "--runtime-window-ms", "0,10000", "--batch-size", "2"]  # fmt: skip
+
+
+def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path):
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    assert main(["generate", "--out", str(reference), *ARGS]) == 0
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "generate", "--out", str(killed), *ARGS],
+        start_new_session=True,  # its execution workers share its process group, and die with it
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    progress = killed / ".opsynth" / "progress"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None:
+        if progress.exists() and len(list(progress.glob("batch-*.jsonl"))) >= 3:
+            break
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert not (killed / "stats.json").exists()
+    checkpoints = len(list(progress.glob("batch-*.jsonl")))
+
+    assert main(["generate", "--out", str(killed), *ARGS]) == 0
+    assert load_dataset(str(killed), split="train")["id"] == load_dataset(str(reference), split="train")["id"]
+    assert load_dataset(str(killed), split="train")["code"] == load_dataset(str(reference), split="train")["code"]
+    assert checkpoints >= 3
+    keys = [json.loads(line)["key"] for f in progress.glob("batch-*.jsonl") for line in f.read_text().splitlines()]
+    assert len(keys) == len(set(keys)), "a checkpointed candidate was executed again"
+    stats = json.loads((killed / "stats.json").read_text())
+    assert stats["counts"] == json.loads((reference / "stats.json").read_text())["counts"]
