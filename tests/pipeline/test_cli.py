@@ -34,6 +34,13 @@ GEN = ["generate", "--device", "cpu", "--workload", "tiny"]
         (["--kernelbench", "/nonexistent/kb.parquet"], "--kernelbench"),
         (["--jaccard-threshold", "1.5"], "--jaccard-threshold"),
         (["--num-sample", "20"], "unknown option --num-sample"),
+        (["--seed", "abc"], "invalid int"),
+        (["--num-samples", "1e3"], "invalid int"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--timeout-s", "-5"], "--timeout-s"),
+        (["--runtime-window-ms", "1-100"], "--runtime-window-ms"),
+        (["--mixture", "torch2=100%"], "--mixture"),
+        (["--similarity-threshold", "-0.1"], "--similarity-threshold"),
     ],
 )
 def test_bad_generate_options_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, extra, needle):
@@ -43,6 +50,19 @@ def test_bad_generate_options_exit_2_with_one_line_and_write_nothing(tmp_path, c
     assert needle in stderr
     assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
     assert not out.exists()
+
+
+def test_missing_out_and_missing_command_are_usage_errors(capsys):
+    assert main(["generate", "--num-samples", "5"]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert main([]) == 2
+
+
+def test_unwritable_out_is_refused(tmp_path, capsys):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    code, _, stderr = _run(capsys, [*GEN, "--out", str(a_file / "run"), "--num-samples", "2"])
+    assert code == 2 and "writable" in stderr and len(stderr.strip().splitlines()) == 1
 
 
 def test_cuda_requested_without_cuda(tmp_path, capsys):
