@@ -156,7 +156,9 @@ def _mpnet_head(rng: random.Random, wl: Workload) -> ModuleUse:
 
 def _mobilebert_head(rng: random.Random, wl: Workload) -> ModuleUse:
     hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
-    config = f"transformers.MobileBertConfig(hidden_size={hidden}, embedding_size={hidden}, vocab_size={vocab})"
+    # A smaller embedding than hidden size, as MobileBERT's defaults (128 of 512): the head then also runs its
+    # extra projection, which is empty when the two are equal.
+    config = f"transformers.MobileBertConfig(hidden_size={hidden}, embedding_size={hidden // 4}, vocab_size={vocab})"
     return ModuleUse((config,), (_sequence(rng, wl, hidden),))
 
 
