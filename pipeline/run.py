@@ -112,17 +112,22 @@ def _read_jsonl(pattern: str) -> list[dict]:
     return rows
 
 
-def _plan_round(quota: dict[str, int], selected: dict[str, list], tried: Counter) -> dict[str, int]:
-    """Candidates to make per data source: a bounded pilot first, then the missing rows over the yield seen."""
+def _plan_round(
+    quota: dict[str, int], selected: dict[str, list], tried: Counter, last_round: dict[str, tuple[int, int]]
+) -> dict[str, int]:
+    """Candidates to make per data source: a bounded pilot first, then the missing rows over the yield of the
+    last round (`last_round[source]` = candidates made, rows gained). The last round's yield, not the run's:
+    as a source's quota nears what the dedup caps admit, the yield falls and the average would lag behind."""
     plan = {}
     for source, want in quota.items():
         missing = want - len(selected[source])
         if missing <= 0:
             continue
-        if selected[source]:
-            n = math.ceil(missing * tried[source] / len(selected[source]) * ROUND_PADDING)
+        made, gained = last_round.get(source, (0, 0))
+        if gained:
+            n = math.ceil(missing * made / gained * ROUND_PADDING)
         elif tried[source]:
-            n = 2 * tried[source]  # nothing selected yet: at least double the effort
+            n = 2 * max(made, MIN_CANDIDATES_PER_ROUND)  # the last round gained nothing: double the effort
         else:
             n = min(math.ceil(missing * INITIAL_OVERSAMPLING), PILOT_CANDIDATES)
         plan[source] = max(MIN_CANDIDATES_PER_ROUND, n)
@@ -163,8 +168,9 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     rounds: list[dict] = []
     started = time.monotonic()
     selected, skipped = select(accepted, quota)
+    last_round: dict[str, tuple[int, int]] = {}
     for r in range(MAX_ROUNDS):
-        plan = _plan_round(quota, selected, tried)
+        plan = _plan_round(quota, selected, tried, last_round)
         if not plan:
             break
         specs = [
@@ -190,7 +196,9 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         seen_keys.update(x.candidate.dedup_key for x in new_rejected if x.stage == "execute")
         rejections.extend(new_rejected)
         tried.update(plan)
+        before = {s: len(rows) for s, rows in selected.items()}
         selected, skipped = select(accepted, quota)
+        last_round = {s: (n, len(selected[s]) - before[s]) for s, n in plan.items()}
         rounds.append(
             {
                 "round": r,

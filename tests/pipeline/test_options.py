@@ -37,3 +37,17 @@ def test_malformed_windows_are_usage_errors(text):
     with pytest.raises(UsageError, match="--runtime-window-ms"):
         parse_window(text)
     assert parse_window("1,100") == (1.0, 100.0)
+
+
+def test_rounds_are_planned_from_the_last_rounds_yield():
+    from collections import Counter
+
+    from pipeline.run import _plan_round
+
+    quota = {"torch#1": 100, "torch#2": 0}
+    selected = {"torch#1": [None] * 80, "torch#2": []}
+    # The run so far: 200 made for 80 rows (40 %), but the last round: 100 made for 10 rows (10 %).
+    plan = _plan_round(quota, selected, Counter({"torch#1": 200}), {"torch#1": (100, 10)})
+    assert plan == {"torch#1": 230}  # 20 missing / 10 % x 1.15
+    assert _plan_round(quota, selected, Counter({"torch#1": 200}), {"torch#1": (30, 0)}) == {"torch#1": 60}
+    assert _plan_round(quota, {"torch#1": [], "torch#2": []}, Counter(), {}) == {"torch#1": 250}
