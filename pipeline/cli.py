@@ -75,6 +75,11 @@ def _add_decontamination_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_task_input_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", help="a .py task, a folder of them, or a Parquet file with a `code` column")
+    p.add_argument("--report", help="write one JSON line per task to this file")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="opsynth", description="Synthesize KernelBench-style tasks for CUDA-kernel agents.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -105,8 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=VALIDATE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    val.add_argument("input", help="a .py task, a folder of them, or a Parquet file with a `code` column")
-    val.add_argument("--report", help="write one JSON line per task to this file")
+    _add_task_input_args(val)
     _add_execution_args(val)
 
     sim = sub.add_parser(
@@ -115,8 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n  opsynth similarity task.py\n  opsynth similarity train.parquet --report sims.jsonl",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sim.add_argument("input", help="a .py task, a folder of them, or a Parquet file with a `code` column")
-    sim.add_argument("--report", help="write one JSON line per task to this file")
+    _add_task_input_args(sim)
     _add_decontamination_args(sim)
 
     pub = sub.add_parser(
