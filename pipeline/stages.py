@@ -32,8 +32,6 @@ from pipeline.records import Candidate, CandidateSpec, Rejection
 KEPT = "kept"
 REJECTED = "rejected"
 COUNTER_NAMESPACE = "opsynth"
-
-
 TIME_SUFFIX = "_work_us"
 
 
@@ -220,9 +218,14 @@ class _ExecuteBatchFn(beam.DoFn):
         self.progress = ExecutionProgress(self.progress_dir).load()
 
     def process(self, batch: list[Candidate]) -> Iterator:
-        results = [r for r in map(self.progress.lookup, batch) if r is not None]
+        results, todo = [], []
+        for candidate in batch:
+            checkpointed = self.progress.lookup(candidate)
+            if checkpointed is None:
+                todo.append(candidate)
+            else:
+                results.append(checkpointed)
         Metrics.counter(COUNTER_NAMESPACE, "execute_reused").inc(len(results))
-        todo = [c for c in batch if self.progress.lookup(c) is None]
         if todo:
             with stage_clock("execute"):
                 fresh = run_calibrated(
