@@ -25,6 +25,7 @@ from operator_catalog.entry import (
     within_input_budget,
 )
 from operator_catalog.registry import sampleable
+from operator_catalog.weights import OPS6K_COUNTS
 
 
 class CompositionError(Exception):
@@ -145,13 +146,39 @@ def chain(entries: list[OpEntry], rng: random.Random, workload: Workload, batch_
     return Composition(input=input_spec, nodes=tuple(nodes), output=spec)
 
 
-def compose(seed: int, num_ops: int, workload: Workload, attempts: int, batch_scale: float = 1.0) -> Composition:
-    """A chain of `num_ops` distinct torch operators, deterministic in `seed` (and `batch_scale`)."""
+OP_WEIGHTS: dict[str, dict[str, int] | None] = {"uniform": None, "ops6k": OPS6K_COUNTS}
+
+
+def draw_operators(pool: tuple[OpEntry, ...], k: int, weights: dict[str, int] | None, rng: random.Random) -> list:
+    """k distinct entries: uniformly, or each draw in proportion to its weight among those not yet drawn."""
+    if weights is None:
+        return rng.sample(pool, k)
+    remaining = list(pool)
+    mass = [max(1, weights.get(e.name, 1)) for e in remaining]
+    drawn = []
+    for _ in range(k):
+        i = rng.choices(range(len(remaining)), weights=mass)[0]
+        drawn.append(remaining.pop(i))
+        mass.pop(i)
+    return drawn
+
+
+def compose(
+    seed: int,
+    num_ops: int,
+    workload: Workload,
+    attempts: int,
+    batch_scale: float = 1.0,
+    op_weights: str = "uniform",
+) -> Composition:
+    """A chain of `num_ops` distinct torch operators, deterministic in `seed`, `batch_scale` and `op_weights`
+    (`uniform`, or `ops6k`: as often as CUDA-Agent-Ops-6K uses each operator)."""
     rng = random.Random(seed)
     pool = sampleable("torch")
+    weights = OP_WEIGHTS[op_weights]
     last_error: Exception | None = None
     for _ in range(attempts):
-        entries = rng.sample(pool, num_ops)
+        entries = draw_operators(pool, num_ops, weights, rng)
         if any(e.terminal for e in entries[:-1]):
             continue
         try:

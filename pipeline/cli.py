@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--mixture",
         help="rows per data source in percent, e.g. torch1=3.40,torch2=83.77,...,transformers=1.18",
     )
+    gen.add_argument(
+        "--op-weights",
+        choices=("ops6k", "uniform"),
+        help="how operators are drawn: as often as CUDA-Agent-Ops-6K uses them, or uniformly (default: the preset's)",
+    )
     gen.add_argument("--batch-size", type=int, help="candidates handed to the workers at once (default 4 per worker)")
     _add_execution_args(gen)
 
@@ -266,6 +271,7 @@ def cmd_generate(args, extra: list[str]) -> int:
         seed=args.seed,
         preset=args.preset,
         mixture=mixture,
+        op_weights=args.op_weights or preset["op_weights"],
         batch_size=batch_size,
         **settings,
     )

@@ -22,9 +22,9 @@ DATA_SOURCES = tuple(OPS6K_MIXTURE)
 MIXTURE_ALIASES = {f"torch{k}": f"torch#{k}" for k in range(1, 6)} | {"transformers": "transformers"}
 
 PRESETS: dict[str, dict] = {
-    "ops6k": {"num_samples": 6000, "mixture": OPS6K_MIXTURE},
-    "ops60k": {"num_samples": 60000, "mixture": OPS6K_MIXTURE},
-    "ops600k": {"num_samples": 600000, "mixture": OPS6K_MIXTURE},
+    "ops6k": {"num_samples": 6000, "mixture": OPS6K_MIXTURE, "op_weights": "ops6k"},
+    "ops60k": {"num_samples": 60000, "mixture": OPS6K_MIXTURE, "op_weights": "ops6k"},
+    "ops600k": {"num_samples": 600000, "mixture": OPS6K_MIXTURE, "op_weights": "ops6k"},
 }
 DEFAULT_PRESET = "ops6k"
 

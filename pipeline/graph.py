@@ -50,14 +50,18 @@ def build_round(
     progress_dir: str,
 ) -> None:
     workload = WORKLOADS[options.workload]
-    composed = p | "CandidateSpecs" >> beam.Create(specs) | "ComposeCandidates" >> ComposeCandidates(workload)
+    composed = (
+        p
+        | "CandidateSpecs" >> beam.Create(specs)
+        | "ComposeCandidates" >> ComposeCandidates(workload, options.op_weights)
+    )
     shaped = composed[KEPT] | "CheckShapes" >> CheckShapes()
     clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
         options.kernelbench, options.similarity_threshold, options.jaccard_threshold
     )
     unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(seen_keys)
     executed = unique[KEPT] | "ExecuteCandidates" >> ExecuteCandidates(
-        execution, options.batch_size, workload, progress_dir
+        execution, options.batch_size, workload, progress_dir, options.op_weights
     )
 
     stages = (composed, shaped, clean, unique, executed)

@@ -19,6 +19,7 @@ class GenerateOptions:
     seed: int  # run seed: same seed, same GPU class => same dataset
     preset: str  # named recipe (ops6k, ...)
     mixture: dict[str, float]  # data_source -> share in percent (sums to 100)
+    op_weights: str  # uniform, or ops6k: operators drawn as often as the released set uses them
     device: str  # cpu or cuda (auto is resolved before this object is made)
     workload: str  # tiny or gpu
     runtime_window_ms: tuple[float, float]

@@ -73,12 +73,15 @@ def num_ops_of(data_source: str) -> int:
     return int(data_source.split("#", 1)[1])
 
 
-def make_candidate(spec: CandidateSpec, workload: Workload, batch_scale: float = 1.0) -> Candidate:
+def make_candidate(
+    spec: CandidateSpec, workload: Workload, batch_scale: float = 1.0, op_weights: str = "uniform"
+) -> Candidate:
     """Compose and render one candidate; raises CompositionError when no chain fits."""
     if spec.data_source == "transformers":
         task = compose_transformers(spec.seed, workload, batch_scale)
     else:
-        task = render(compose(spec.seed, num_ops_of(spec.data_source), workload, COMPOSE_ATTEMPTS, batch_scale))
+        k = num_ops_of(spec.data_source)
+        task = render(compose(spec.seed, k, workload, COMPOSE_ATTEMPTS, batch_scale, op_weights))
     return Candidate(
         data_source=spec.data_source,
         index=spec.index,
@@ -91,11 +94,14 @@ def make_candidate(spec: CandidateSpec, workload: Workload, batch_scale: float =
     )
 
 
-def rescale_candidate(candidate: Candidate, factor: float, workload: Workload) -> Candidate | None:
-    """The same candidate with its batch scaled by `factor`, or None where sizes cannot move that way."""
+def rescale_candidate(
+    candidate: Candidate, factor: float, workload: Workload, op_weights: str = "uniform"
+) -> Candidate | None:
+    """The same candidate with its batch scaled by `factor`, or None where sizes cannot move that way.
+    `op_weights` must be those it was made with, or the seed would compose another task."""
     spec = CandidateSpec(candidate.data_source, candidate.index, candidate.seed)
     try:
-        rescaled = make_candidate(spec, workload, candidate.batch_scale * factor)
+        rescaled = make_candidate(spec, workload, candidate.batch_scale * factor, op_weights)
     except CompositionError:
         return None
     if rescaled.input_shapes == candidate.input_shapes:
@@ -107,13 +113,14 @@ def rescale_candidate(candidate: Candidate, factor: float, workload: Workload) -
 
 
 class _ComposeFn(beam.DoFn):
-    def __init__(self, workload: Workload):
+    def __init__(self, workload: Workload, op_weights: str):
         self.workload = workload
+        self.op_weights = op_weights
 
     def process(self, spec: CandidateSpec) -> Iterator:
         with stage_clock("compose"):
             try:
-                candidate, failure = make_candidate(spec, self.workload), None
+                candidate, failure = make_candidate(spec, self.workload, op_weights=self.op_weights), None
             except CompositionError as e:
                 candidate, failure = Candidate(spec.data_source, spec.index, spec.seed), str(e)[:300]
         if failure is not None:
@@ -126,12 +133,13 @@ class _ComposeFn(beam.DoFn):
 class ComposeCandidates(beam.PTransform):
     """Candidate specs -> composed, rendered candidates (`KEPT`), or a `shape_error` when no chain fits."""
 
-    def __init__(self, workload: Workload):
+    def __init__(self, workload: Workload, op_weights: str = "uniform"):
         super().__init__()
         self.workload = workload
+        self.op_weights = op_weights
 
     def expand(self, specs):
-        return specs | beam.ParDo(_ComposeFn(self.workload)).with_outputs(REJECTED, main=KEPT)
+        return specs | beam.ParDo(_ComposeFn(self.workload, self.op_weights)).with_outputs(REJECTED, main=KEPT)
 
 
 class _ShapeCheckFn(beam.DoFn):
@@ -206,9 +214,10 @@ class DedupWithinSet(beam.PTransform):
 
 
 class _ExecuteBatchFn(beam.DoFn):
-    def __init__(self, config: ExecutionConfig, workload: Workload, progress_dir: str):
+    def __init__(self, config: ExecutionConfig, workload: Workload, progress_dir: str, op_weights: str):
         self.config = config
         self.workload = workload
+        self.op_weights = op_weights
         self.progress_dir = progress_dir
         self.pool: WorkerPool | None = None
         self.progress: ExecutionProgress | None = None
@@ -232,7 +241,7 @@ class _ExecuteBatchFn(beam.DoFn):
                     self.pool,
                     todo,
                     job_of=lambda c: Job(f"{c.data_source}/{c.index}", c.code, c.seed),
-                    rescale=lambda c, factor: rescale_candidate(c, factor, self.workload),
+                    rescale=lambda c, factor: rescale_candidate(c, factor, self.workload, self.op_weights),
                     window=self.config.runtime_window_ms,
                     tries=CALIBRATION_TRIES,
                     max_factor=CALIBRATION_MAX_FACTOR,
@@ -254,19 +263,27 @@ class ExecuteCandidates(beam.PTransform):
     the runtime window; batches keep all workers busy, and each finished batch is checkpointed under
     `progress_dir`, so a rerun of an interrupted round redoes only the batches that were in flight."""
 
-    def __init__(self, config: ExecutionConfig, batch_size: int, workload: Workload, progress_dir: str):
+    def __init__(
+        self,
+        config: ExecutionConfig,
+        batch_size: int,
+        workload: Workload,
+        progress_dir: str,
+        op_weights: str = "uniform",
+    ):
         super().__init__()
         self.config = config
         self.batch_size = batch_size
         self.workload = workload
         self.progress_dir = progress_dir
+        self.op_weights = op_weights
 
     def expand(self, candidates):
         return (
             candidates
             | "Batch" >> beam.BatchElements(min_batch_size=self.batch_size, max_batch_size=self.batch_size)
             | "RunChecks"
-            >> beam.ParDo(_ExecuteBatchFn(self.config, self.workload, self.progress_dir)).with_outputs(
+            >> beam.ParDo(_ExecuteBatchFn(self.config, self.workload, self.progress_dir, self.op_weights)).with_outputs(
                 REJECTED, main=KEPT
             )
         )

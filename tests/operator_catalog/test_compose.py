@@ -71,3 +71,33 @@ def test_balanced_factors():
 def test_gpu_workload_inputs_are_large():
     task = render(compose(3, 2, WORKLOADS["gpu"], COMPOSE_ATTEMPTS))
     assert task.input_shapes[0].numel >= 1 << 16
+
+
+def test_ops6k_weights_draw_operators_as_often_as_the_released_set():
+    import random
+    from collections import Counter
+
+    from operator_catalog.compose import OP_WEIGHTS, draw_operators
+    from operator_catalog.registry import sampleable
+
+    rng = random.Random(0)
+    pool = sampleable("torch")
+    weighted = Counter(e.name for _ in range(3000) for e in draw_operators(pool, 1, OP_WEIGHTS["ops6k"], rng))
+    uniform = Counter(e.name for _ in range(3000) for e in draw_operators(pool, 1, None, rng))
+    assert weighted.most_common(1)[0][0] == "nn.ConvTranspose2d"  # 577 uses in the released set, the most
+    assert weighted["nn.ConvTranspose2d"] > 20 * max(1, weighted["nn.Softsign"])  # Softsign: 1 use
+    assert max(uniform.values()) < 60  # about 18 each when uniform
+    drawn = draw_operators(pool, 5, OP_WEIGHTS["ops6k"], rng)
+    assert len({e.name for e in drawn}) == 5
+
+
+def test_a_rescaled_candidate_keeps_its_operators_under_weights():
+    from pipeline.records import CandidateSpec
+    from pipeline.stages import make_candidate, rescale_candidate
+
+    for index in range(10):
+        spec = CandidateSpec("torch#3", index, 1000 + index)
+        original = make_candidate(spec, WORKLOADS["tiny"], op_weights="ops6k")
+        rescaled = rescale_candidate(original, 0.5, WORKLOADS["tiny"], op_weights="ops6k")
+        if rescaled is not None:
+            assert rescaled.ops == original.ops and rescaled.batch_scale == 0.5
