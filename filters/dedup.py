@@ -60,18 +60,17 @@ def op_graph_hash(ops: Iterable[str]) -> str:
 class WithinSetFilter:
     """Admits candidates in order, refusing near-duplicates of earlier ones and graphs past their cap."""
 
-    def __init__(self, jaccard_threshold: float, max_per_graph: int):
+    def __init__(self, jaccard_threshold: float):
         self.lsh = MinHashLSH(threshold=jaccard_threshold, num_perm=PERMUTATIONS)
         self.jaccard_threshold = jaccard_threshold
-        self.max_per_graph = max_per_graph
         self.graphs: Counter = Counter()
         self.signatures: dict[str, MinHash] = {}
 
-    def admit(self, key: str, source: str, ops: Iterable[str]) -> str | None:
+    def admit(self, key: str, source: str, ops: Iterable[str], max_per_graph: int) -> str | None:
         """None if admitted (and remembered); else why not."""
         graph = op_graph_hash(ops)
-        if self.graphs[graph] >= self.max_per_graph:
-            return f"operator graph already in {self.max_per_graph} rows"
+        if self.graphs[graph] >= max_per_graph:
+            return f"operator graph already in {max_per_graph} rows"
         signature = program_minhash(source)
         for other in sorted(self.lsh.query(signature)):
             similarity = signature.jaccard(self.signatures[other])

@@ -30,15 +30,15 @@ def test_within_set_filter_caps_graphs_and_refuses_near_duplicates():
     from operator_catalog.compose import compose
     from pipeline.config import WORKLOADS
 
-    within = WithinSetFilter(jaccard_threshold=0.9, max_per_graph=2)
+    within = WithinSetFilter(jaccard_threshold=0.9)
     relu = ["torch.relu"]
     task = render(compose(3, 4, WORKLOADS["tiny"], 64))
-    assert within.admit("a", task.source, task.ops) is None
+    assert within.admit("a", task.source, task.ops, 2) is None
     near = task.source.replace("batch_size = ", "batch_size = 1 + ")
-    assert "near-duplicate of a" in within.admit("b", near, ["nn.Linear", "torch.sigmoid"])
-    assert within.admit("c", fixtures.CONSTANT, relu) is None
-    assert within.admit("d", fixtures.VANISHING, relu) is None
-    assert "operator graph" in within.admit("e", fixtures.NAN, relu)
+    assert "near-duplicate of a" in within.admit("b", near, ["nn.Linear", "torch.sigmoid"], 2)
+    assert within.admit("c", fixtures.CONSTANT, relu, 2) is None
+    assert within.admit("d", fixtures.VANISHING, relu, 2) is None
+    assert "operator graph" in within.admit("e", fixtures.NAN, relu, 2)
 
 
 def test_selection_takes_the_quota_in_index_order_skipping_duplicates():
@@ -59,3 +59,12 @@ def test_selection_takes_the_quota_in_index_order_skipping_duplicates():
     selected, skipped = select(accepted, {"torch#1": 2})
     assert [c.index for c in selected["torch#1"]] == [1, 3]
     assert [(r.candidate.index, r.reason, r.stage) for r in skipped] == [(2, "duplicate", "select")]
+
+
+def test_the_graph_cap_grows_where_a_quota_needs_more_rows_than_there_are_operator_lists():
+    from pipeline.selection import rows_per_graph
+
+    assert rows_per_graph("torch#1", 204) == 3  # the ops6k quota fits under the default cap
+    assert rows_per_graph("torch#1", 2040) * 165 >= 2 * 2040  # ops60k: 2,040 rows from 165 single-op lists
+    assert rows_per_graph("torch#2", 5026) == 3  # 165 x 164 ordered pairs are plenty
+    assert rows_per_graph("torch#1", 20_400) == 248  # ops600k: ceil(2 x 20,400 / 165)
