@@ -20,7 +20,7 @@ import time
 from filters.ast_similarity import best_match, brute_force, profile
 from filters.calibration import run_calibrated
 from filters.decontamination import fingerprint, load_reference, similarity
-from filters.execution import ExecutionConfig, device_name
+from filters.execution import device_name
 from filters.shape_check import check_shapes
 from filters.workers import Job, WorkerPool
 from operator_catalog.codegen import render
@@ -30,10 +30,10 @@ from pipeline.config import (
     CALIBRATION_TRIES,
     COMPOSE_ATTEMPTS,
     OPS6K_MIXTURE,
-    TIMING,
     WORKLOADS,
 )
 from pipeline.records import CandidateSpec, candidate_seed
+from pipeline.run import execution_config
 from pipeline.stages import make_candidate, rescale_candidate
 
 TARGETS = {"cpu": 200.0, "decontam": 100.0, "execute": 10.0, "gpu_busy": 0.5}
@@ -143,16 +143,7 @@ def bench_execute(n: int, workload: str, device: str, workers: int, compile_chec
     candidates = [
         make_candidate(CandidateSpec(f"torch#{_num_ops(i)}", i, candidate_seed(3, "bench", i)), wl) for i in range(n)
     ]
-    warmup, iters = TIMING[device]
-    cfg = ExecutionConfig(
-        device=device,
-        runtime_window_ms=wl.runtime_window_ms,
-        timeout_s=wl.timeout_s,
-        compile_check=compile_check,
-        warmup=warmup,
-        iters=iters,
-        workers=workers,
-    )
+    cfg = execution_config(device, wl.runtime_window_ms, wl.timeout_s, compile_check, workers)
 
     def job_of(c):
         return Job(str(c.index), c.code, c.seed)

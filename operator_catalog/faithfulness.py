@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import ast
 
-SYMBOL_OF = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+from operator_catalog.arithmetic import BINARY
+
+# Bare arithmetic names (`add`) are written as their operator symbol (`x + self.bias`), as the catalog renders them.
+SYMBOL_OF = {name: symbol for name, (symbol, _, _) in BINARY.items()}
 BINOP_SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 

@@ -280,22 +280,12 @@ def cmd_generate(args, extra: list[str]) -> int:
 
 
 def cmd_validate(args) -> int:
-    from filters.execution import ExecutionConfig
-    from pipeline.config import TIMING
+    from pipeline.run import execution_config
     from pipeline.validate import read_tasks, summarize, validate_tasks, write_report
 
     tasks = read_tasks(args.input)
     s = _execution_settings(args)
-    warmup, iters = TIMING[s["device"]]
-    execution = ExecutionConfig(
-        device=s["device"],
-        runtime_window_ms=s["runtime_window_ms"],
-        timeout_s=s["timeout_s"],
-        compile_check=s["compile_check"],
-        warmup=warmup,
-        iters=iters,
-        workers=s["workers"],
-    )
+    execution = execution_config(s["device"], s["runtime_window_ms"], s["timeout_s"], s["compile_check"], s["workers"])
     results = validate_tasks(tasks, execution, s["kernelbench"], s["similarity_threshold"], s["jaccard_threshold"])
     if args.report:
         write_report(args.report, results)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict
 
 from apache_beam.io.filesystems import FileSystems
 
+from filters.execution import verdict_from_wire, verdict_to_wire
 from filters.reasons import Verdict
 from pipeline.records import Candidate
 
@@ -34,7 +34,11 @@ class ExecutionProgress:
             with FileSystems.open(match.path) as f:
                 for line in f.read().decode("utf-8").splitlines():
                     d = json.loads(line)
-                    self.done[d["key"]] = (Candidate.from_json(d["candidate"]), Verdict(**d["verdict"]), d["steps"])
+                    self.done[d["key"]] = (
+                        Candidate.from_json(d["candidate"]),
+                        verdict_from_wire(d["verdict"]),
+                        d["steps"],
+                    )
         return self
 
     def lookup(self, candidate: Candidate) -> Result | None:
@@ -42,7 +46,9 @@ class ExecutionProgress:
 
     def record(self, entered: list[Candidate], results: list[Result]) -> None:
         lines = [
-            json.dumps({"key": progress_key(c), "candidate": final.to_json(), "verdict": asdict(v), "steps": steps})
+            json.dumps(
+                {"key": progress_key(c), "candidate": final.to_json(), "verdict": verdict_to_wire(v), "steps": steps}
+            )
             for c, (final, v, steps) in zip(entered, results, strict=True)
         ]
         name = f"batch-{uuid.uuid4().hex}.jsonl"

@@ -64,16 +64,19 @@ def generator_version() -> str:
     return f"opsynth {VERSION}; catalog {catalog_version()}"
 
 
-def execution_config(options: GenerateOptions) -> ExecutionConfig:
-    warmup, iters = TIMING[options.device]
+def execution_config(
+    device: str, runtime_window_ms: tuple[float, float], timeout_s: float, compile_check: bool, workers: int
+) -> ExecutionConfig:
+    """The execution settings, with the device's warm-up and timed iterations (`generate`, `validate`, `bench`)."""
+    warmup, iters = TIMING[device]
     return ExecutionConfig(
-        device=options.device,
-        runtime_window_ms=options.runtime_window_ms,
-        timeout_s=options.timeout_s,
-        compile_check=options.compile_check,
+        device=device,
+        runtime_window_ms=runtime_window_ms,
+        timeout_s=timeout_s,
+        compile_check=compile_check,
         warmup=warmup,
         iters=iters,
-        workers=options.workers,
+        workers=workers,
     )
 
 
@@ -160,7 +163,9 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         log(f"{out} already holds the finished dataset ({stats['counts']['rows']} rows); nothing to do")
         return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
 
-    execution = execution_config(options)
+    execution = execution_config(
+        options.device, options.runtime_window_ms, options.timeout_s, options.compile_check, options.workers
+    )
     accepted: dict[str, list[Candidate]] = {s: [] for s in quota}
     rejections: list[Rejection] = []
     tried: Counter = Counter()
