@@ -262,4 +262,4 @@ def load_reference(spec: str) -> KernelBenchIndex:
         return KernelBenchIndex.from_tasks(tasks_from_folder(path))
     if path.is_file():
         return KernelBenchIndex.from_tasks(tasks_from_parquet(path))
-    raise ReferenceError_(f"--kernelbench {spec}: no such file or folder (use embedded, hub, or a path)")
+    raise ReferenceError_(f"{spec}: no such file or folder (use embedded, hub, or a path)")

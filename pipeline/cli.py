@@ -217,7 +217,6 @@ def _decontamination_settings(args) -> dict:
         value = getattr(args, name)
         if not 0.0 <= value <= 1.0:
             raise UsageError(f"--{name.replace('_', '-')} must lie in [0, 1], got {value}")
-    _check_kernelbench(args.kernelbench)
     return {
         "kernelbench": args.kernelbench,
         "similarity_threshold": args.similarity_threshold,
@@ -233,12 +232,12 @@ def _default_workers(device: str) -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def _check_kernelbench(spec: str) -> None:
-    """Fail fast, before any work, on a reference that cannot be read."""
+def _load_kernelbench(spec: str):
+    """The KernelBench reference, loaded before any work; one that cannot be read is a usage error."""
     from filters.decontamination import ReferenceError_, load_reference
 
     try:
-        load_reference(spec)
+        return load_reference(spec)
     except ReferenceError_ as e:
         raise UsageError(f"--kernelbench: {e}") from None
 
@@ -264,6 +263,7 @@ def cmd_generate(args, extra: list[str]) -> int:
     num_samples = _positive("--num-samples", args.num_samples) or preset["num_samples"]
     mixture = parse_mixture(args.mixture) if args.mixture is not None else dict(preset["mixture"])
     settings = _execution_settings(args)
+    _load_kernelbench(settings["kernelbench"])  # fail fast: the workers load it from the spec
     batch_size = _positive("--batch-size", args.batch_size) or 4 * settings["workers"]
     options = GenerateOptions(
         out=args.out,
@@ -286,7 +286,8 @@ def cmd_validate(args) -> int:
     tasks = read_tasks(args.input)
     s = _execution_settings(args)
     execution = execution_config(s["device"], s["runtime_window_ms"], s["timeout_s"], s["compile_check"], s["workers"])
-    results = validate_tasks(tasks, execution, s["kernelbench"], s["similarity_threshold"], s["jaccard_threshold"])
+    index = _load_kernelbench(s["kernelbench"])
+    results = validate_tasks(tasks, execution, index, s["similarity_threshold"], s["jaccard_threshold"])
     if args.report:
         write_report(args.report, results)
     for r in results:
@@ -300,7 +301,10 @@ def cmd_similarity(args) -> int:
     from pipeline.similarity import similarity_report
 
     settings = _decontamination_settings(args)
-    lines, summary = similarity_report(args.input, **settings)
+    index = _load_kernelbench(settings["kernelbench"])
+    lines, summary = similarity_report(
+        args.input, index, settings["similarity_threshold"], settings["jaccard_threshold"]
+    )
     if args.report:
         from pathlib import Path
 
@@ -385,14 +389,11 @@ def cmd_reference(args) -> int:
     import importlib.resources
     from pathlib import Path
 
-    from filters.decontamination import EMBEDDED_INDEX, ReferenceError_, load_reference
+    from filters.decontamination import EMBEDDED_INDEX
 
     if args.kernelbench == "embedded":
         raise UsageError("--kernelbench: give the KernelBench Parquet file or folder (or hub) to fingerprint")
-    try:
-        index = load_reference(args.kernelbench)
-    except ReferenceError_ as e:
-        raise UsageError(f"--kernelbench: {e}") from None
+    index = _load_kernelbench(args.kernelbench)
     output = (
         Path(args.output) if args.output else Path(str(importlib.resources.files("filters") / "data" / EMBEDDED_INDEX))
     )

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import statistics
 
-from filters.decontamination import load_reference, near_duplicate_reason, similarity
+from filters.decontamination import KernelBenchIndex, near_duplicate_reason, similarity
 from pipeline.validate import read_tasks
 
 
 def similarity_report(
-    input_path: str, kernelbench: str, similarity_threshold: float, jaccard_threshold: float
+    input_path: str, index: KernelBenchIndex, similarity_threshold: float, jaccard_threshold: float
 ) -> tuple[list[dict], str]:
     """(one record per task, a one-line summary)."""
     tasks = read_tasks(input_path)
-    index = load_reference(kernelbench)
     key = "row" if input_path.endswith(".parquet") else "task"
     lines = []
     for name, source in tasks:

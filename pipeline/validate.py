@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from filters.decontamination import decontaminate, load_reference
+from filters.decontamination import KernelBenchIndex, decontaminate
 from filters.execution import ExecutionConfig
 from filters.reasons import KEEP, Verdict
 from filters.shape_check import check_shapes
@@ -66,11 +66,10 @@ def read_tasks(input_path: str) -> list[tuple[str, str]]:
 def validate_tasks(
     tasks: list[tuple[str, str]],
     execution: ExecutionConfig,
-    kernelbench: str,
+    index: KernelBenchIndex,
     similarity_threshold: float,
     jaccard_threshold: float,
 ) -> list[TaskResult]:
-    index = load_reference(kernelbench)
     verdicts: dict[int, Verdict] = {}
     measured: dict[int, dict] = {}
     to_execute: list[int] = []
