@@ -63,10 +63,7 @@ def sample_tasks(n: int, workload: str, seed: int = 0) -> list[str]:
 
 def bench_cpu(n: int, workload: str) -> dict:
     start = time.perf_counter()
-    kept = 0
-    for i in range(n):
-        task = render(compose(candidate_seed(1, "bench", i), _num_ops(i), WORKLOADS[workload], COMPOSE_ATTEMPTS))
-        kept += check_shapes(task.source).kept
+    kept = sum(check_shapes(source).kept for source in sample_tasks(n, workload, seed=1))
     wall = time.perf_counter() - start
     return {
         "stage": "cpu (sample, compose, render, shape check)",
