@@ -177,6 +177,7 @@ ENTRIES = (
         OpEntry(name="torch.clamp_min", family=FAMILY, sampler=_clamp_min, ranks=ANY_RANK),
         OpEntry(name="torch.pow", family=FAMILY, sampler=_pow, ranks=ANY_RANK),
         OpEntry(name="torch.addcmul", family=FAMILY, sampler=_addcmul, ranks=ANY_RANK),
+        OpEntry(name="torch.where", family=FAMILY, sampler=_where, ranks=ANY_RANK),
         OpEntry(name="torch.nan_to_num", family=FAMILY, sampler=_nan_to_num, ranks=ANY_RANK),
     ]
 )

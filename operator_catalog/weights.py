@@ -27,6 +27,7 @@ OPS6K_COUNTS: dict[str, int] = {
     "torch.argmax": 118,
     "nn.Conv3d": 116,
     "torch.stack": 113,
+    "torch.where": 103,
     "nn.Conv2d": 106,
     "torch.log_softmax": 95,
     "torch.div": 94,
