@@ -157,8 +157,12 @@ def _check_distinguishable(outs: list[list[torch.Tensor]], cfg: ExecutionConfig)
     if floats:
         if all(float(t.abs().max()) <= cfg.atol for t in floats):
             raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, "outputs vanish: all zero within tolerance")
-        means = [float(t.mean()) for t in floats]
-        if all(float((t - m).abs().max()) <= cfg.atol + cfg.rtol * abs(m) for t, m in zip(floats, means, strict=True)):
+        # A single value is trivially constant: a scalar output (a loss, a distance) is judged across draws only.
+        spread = [t for t in floats if t.numel() > 1]
+        means = [float(t.mean()) for t in spread]
+        if spread and all(
+            float((t - m).abs().max()) <= cfg.atol + cfg.rtol * abs(m) for t, m in zip(spread, means, strict=True)
+        ):
             raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, "each output is a constant within tolerance")
 
 

@@ -1,4 +1,5 @@
-"""Activation functions: elementwise nonlinearities and the softmax family.
+"""Activation functions: elementwise nonlinearities, the softmax family, and the layers that are the identity
+at inference (dropout, `nn.Identity`).
 
 Each row of the tables below is one operator; module forms are built without arguments unless a sampler says
 otherwise, function forms are called on the flowing tensor.
@@ -105,6 +106,38 @@ SOFTMAX = [
     ("torch.log_softmax", "function"),
 ]
 
+
+def _rrelu(ctx: SampleContext) -> OpCall:
+    # Outside training RReLU is deterministic: a leaky ReLU with the mean of its slope range.
+    return OpCall(
+        name="F.rrelu",
+        style="function",
+        target="F.rrelu",
+        kwargs=(("lower", 0.125), ("upper", ctx.choice((0.25, 1 / 3))), ("training", False)),
+    )
+
+
+def _threshold(ctx: SampleContext) -> OpCall:
+    return OpCall(
+        name="nn.Threshold",
+        style="module",
+        target="nn.Threshold",
+        init_args=(ctx.choice((-0.5, 0.0, 0.1)), ctx.choice((0.0, -1.0))),
+    )
+
+
+def _dropout(name: str, style: str):
+    """Dropout as an inference task runs it: identity in eval mode (modules), `training=False` (functions)."""
+
+    def sample(ctx: SampleContext) -> OpCall:
+        p = ctx.choice((0.1, 0.2, 0.5))
+        if style == "module":
+            return OpCall(name=name, style="module", target=name, init_kwargs=(("p", p),))
+        return OpCall(name=name, style="function", target=name, kwargs=(("p", p), ("training", False)))
+
+    return sample
+
+
 ENTRIES = (
     [OpEntry(name=n, family=FAMILY, sampler=_plain(n, s), ranks=ANY_RANK) for n, s in PLAIN]
     + [OpEntry(name=n, family=FAMILY, sampler=_with_kwargs(n, s, c), ranks=ANY_RANK) for n, s, c in PARAMETRISED]
@@ -112,5 +145,12 @@ ENTRIES = (
     + [
         OpEntry(name="nn.PReLU", family=FAMILY, sampler=_prelu, ranks=ANY_RANK),
         OpEntry(name="nn.GLU", family=FAMILY, sampler=_glu("nn.GLU", "module"), ranks=ANY_RANK),
+        OpEntry(name="F.rrelu", family=FAMILY, sampler=_rrelu, ranks=ANY_RANK),
+        OpEntry(name="nn.Threshold", family=FAMILY, sampler=_threshold, ranks=ANY_RANK),
+        OpEntry(name="nn.Identity", family=FAMILY, sampler=_plain("nn.Identity", "module"), ranks=ANY_RANK),
+        OpEntry(name="nn.Dropout", family=FAMILY, sampler=_dropout("nn.Dropout", "module"), ranks=ANY_RANK),
+        OpEntry(name="F.dropout", family=FAMILY, sampler=_dropout("F.dropout", "function"), ranks=ANY_RANK),
+        OpEntry(name="nn.Dropout2d", family=FAMILY, sampler=_dropout("nn.Dropout2d", "module"), ranks=(4,)),
+        OpEntry(name="F.dropout2d", family=FAMILY, sampler=_dropout("F.dropout2d", "function"), ranks=(4,)),
     ]
 )

@@ -26,6 +26,7 @@ UNARY = [
     ("torch.ceil", "real"),
     ("torch.sinc", "real"),
     ("torch.deg2rad", "real"),
+    ("torch.tan", "real"),
     ("torch.log", "positive"),
     ("torch.log2", "positive"),
     ("torch.log10", "positive"),
@@ -145,6 +146,17 @@ def _addcmul(ctx: SampleContext) -> OpCall:
     )
 
 
+def _addcdiv(ctx: SampleContext) -> OpCall:
+    # The divisor is kept away from zero: 1 + |x|.
+    return OpCall(
+        name="torch.addcdiv",
+        style="function",
+        target="torch.addcdiv",
+        args=(X(), _broadcast_operand(ctx, "scale"), Expr("{x}.abs() + 1.0")),
+        kwargs=(("value", ctx.choice((0.5, 1.0))),),
+    )
+
+
 def _where(ctx: SampleContext) -> OpCall:
     # A leaky gate: keeps positive values, scales the rest; the condition is computed from x itself.
     return OpCall(
@@ -177,6 +189,7 @@ ENTRIES = (
         OpEntry(name="torch.clamp_min", family=FAMILY, sampler=_clamp_min, ranks=ANY_RANK),
         OpEntry(name="torch.pow", family=FAMILY, sampler=_pow, ranks=ANY_RANK),
         OpEntry(name="torch.addcmul", family=FAMILY, sampler=_addcmul, ranks=ANY_RANK),
+        OpEntry(name="torch.addcdiv", family=FAMILY, sampler=_addcdiv, ranks=ANY_RANK),
         OpEntry(name="torch.where", family=FAMILY, sampler=_where, ranks=ANY_RANK),
         OpEntry(name="torch.nan_to_num", family=FAMILY, sampler=_nan_to_num, ranks=ANY_RANK),
     ]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from operator_catalog.compose import Composition, GlueNode, OpNode
-from operator_catalog.entry import Expr, Hoisted, OpCall, Operand, RenderedTask, TensorSpec, X, operands_of
+from operator_catalog.entry import Expr, Hoisted, OpCall, Operand, RenderedTask, Submodule, TensorSpec, X, operands_of
 
 # Input dimension names by rank, as KernelBench spells them.
 DIM_NAMES = {
@@ -58,7 +58,7 @@ class _Emitter:
     init_lines: list[str] = field(default_factory=list)
     forward_lines: list[str] = field(default_factory=list)
     forward_params: list[str] = field(default_factory=lambda: ["x"])
-    extra_inputs: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    extra_inputs: list[tuple[str, Operand]] = field(default_factory=list)
     operand_names: dict[int, str] = field(default_factory=dict)
     used: set[str] = field(default_factory=lambda: {"torch", "nn"})
 
@@ -71,6 +71,9 @@ class _Emitter:
             return v.render("x")
         if isinstance(v, Hoisted):
             return self.hoist(v)
+        if isinstance(v, Submodule):
+            self.used.add(v.target.split(".")[0])
+            return f"{v.target}({', '.join(self.value(a) for a in v.args)})"
         if isinstance(v, list):
             return "[" + ", ".join(self.value(i) for i in v) + "]"
         if isinstance(v, tuple):
@@ -89,12 +92,12 @@ class _Emitter:
         for op in operands_of(call):
             if op.role == "parameter":
                 name = self.namespace.unique(op.hint)
-                self.init_lines.append(f"self.{name} = nn.Parameter(torch.randn({self.value(op.shape)}))")
+                self.init_lines.append(f"self.{name} = nn.Parameter(torch.{op.init}({self.value(op.shape)}))")
                 self.operand_names[id(op)] = f"self.{name}"
             else:
                 name = self.namespace.unique(op.hint)
                 self.forward_params.append(name)
-                self.extra_inputs.append((name, op.shape))
+                self.extra_inputs.append((name, op))
                 self.operand_names[id(op)] = name
 
     def emit_op(self, call: OpCall) -> None:
@@ -112,6 +115,8 @@ class _Emitter:
             expr = f" {call.target} ".join(args)
         if call.output_index is not None:
             expr = f"{expr}[{call.output_index}]"
+        if call.wrap is not None:
+            expr = call.wrap.format(x="x", call=expr)
         self.forward_lines.append(f"x = {expr}")
 
     def emit_glue(self, glue: GlueNode) -> None:
@@ -146,9 +151,9 @@ def render(comp: Composition) -> RenderedTask:
     lines += ["        return x", "", ""]
     lines += [f"{name} = {value!r}" for name, value in em.constants]
     lines += ["", "", "def get_inputs():", f"    x = torch.randn({', '.join(input_dims)})"]
-    lines += [f"    {name} = torch.randn{shape!r}" for name, shape in em.extra_inputs]
+    lines += [f"    {name} = torch.{op.init}{op.shape!r}" for name, op in em.extra_inputs]
     lines += [f"    return [{', '.join(em.forward_params)}]", "", ""]
     lines += ["def get_init_inputs():", f"    return [{', '.join(em.init_params)}]", ""]
 
-    shapes = (comp.input, *tuple(TensorSpec(shape) for _, shape in em.extra_inputs))
+    shapes = (comp.input, *tuple(TensorSpec(op.shape) for _, op in em.extra_inputs))
     return RenderedTask("\n".join(lines), ops, tuple(em.init_values), shapes)

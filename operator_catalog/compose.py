@@ -99,7 +99,9 @@ def balanced_factors(n: int, parts: int) -> tuple[int, ...]:
 def glue_for(entry: OpEntry, x: TensorSpec) -> list[GlueNode]:
     """The smallest glue that makes `x` acceptable to `entry`: a cast, a rank change, a domain map."""
     glue: list[GlueNode] = []
-    if not x.is_float and not entry.takes_integers:
+    if x.is_complex:
+        glue.append(GlueNode((("abs", ()),), "dtype"))
+    elif not x.is_float and not entry.takes_integers:
         glue.append(GlueNode((("float", ()),), "dtype"))
     if x.rank not in entry.ranks:
         target = min(entry.ranks, key=lambda r: (abs(r - x.rank), -r))
@@ -135,14 +137,21 @@ def chain(entries: list[OpEntry], rng: random.Random, workload: Workload, batch_
             operands = {o: torch.empty(o.shape) for o in operands_of(call)}
             if any(math.prod(o.shape) > workload.max_elements for o in operands):
                 raise NotApplicable(f"{entry.name}: an operand exceeds the element budget")
-            out = apply_call(call, x, operands)
-            if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.numel() == 0:
+            if entry.output_shape is None:
+                out = apply_call(call, x, operands)
+            else:  # meta cannot run it (data-dependent control flow): the entry states its output shape
+                out = torch.empty(entry.output_shape(call, spec))
+            if not isinstance(out, torch.Tensor) or out.numel() == 0 or (out.dim() == 0 and not entry.terminal):
                 raise NotApplicable(f"{entry.name} produced no chainable tensor")
             if out.numel() > workload.max_elements:
                 raise NotApplicable(f"{entry.name} output exceeds the element budget")
             x = out
             spec = spec_of(x)
             nodes.append(OpNode(call))
+        if spec.is_complex:  # a task returns real values: the magnitude of a complex result
+            glue = GlueNode((("abs", ()),), "dtype")
+            spec = spec_of(glue.apply(x))
+            nodes.append(glue)
     return Composition(input=input_spec, nodes=tuple(nodes), output=spec)
 
 

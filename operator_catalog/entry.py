@@ -46,6 +46,10 @@ class TensorSpec:
     def is_float(self) -> bool:
         return self.dtype in FLOAT_DTYPES
 
+    @property
+    def is_complex(self) -> bool:
+        return self.dtype.startswith("complex")
+
 
 @dataclass(frozen=True)
 class X:
@@ -69,6 +73,15 @@ class Operand:
     role: Literal["parameter", "input"]
     shape: tuple[int, ...]
     hint: str = "weight"  # base of the generated name (`self.weight`, `bias_1`, `y`)
+    init: Literal["randn", "rand", "ones"] = "randn"  # the torch factory that fills it (`rand` for variances)
+
+
+@dataclass(frozen=True)
+class Submodule:
+    """A module built inside another's constructor (`nn.Sequential(nn.Linear(8, 16), nn.ReLU())`)."""
+
+    target: str  # `nn.Linear`
+    args: tuple[Any, ...] = ()  # constructor literals or nested `Submodule`s
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,9 @@ class OpCall:
     args: tuple[Any, ...] = (X(),)  # call positional args: `X()`, `Operand`, `Expr`, literals, lists
     kwargs: tuple[tuple[str, Any], ...] = ()  # call keyword literals
     output_index: int | None = None  # select one element of a tuple result (`torch.max(x, dim=1)[0]`)
+    # A template that combines the call's result with the flowing tensor, for operators that do not consume it
+    # (`{x}.mul({call})` renders `x = x.mul(torch.linspace(...))`); tensor methods, so never an operator itself.
+    wrap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +193,9 @@ class OpEntry:
     kind: EntryKind = "torch"  # torch operator or a standalone transformers module
     excluded: str | None = None  # why the entry is never sampled, or None
     notes: str = field(default="", compare=False)  # why it is sampled the way it is
+    # Only for operators the meta device cannot run (control flow on values): the float output shape of a call
+    # on an input spec. Everything else is shaped by running it on meta.
+    output_shape: Callable[[OpCall, TensorSpec], tuple[int, ...]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not self.family:
@@ -217,7 +236,11 @@ def resolve(target: str) -> Any:
 
 
 def literal(value: Any) -> Any:
-    return value.value if isinstance(value, Hoisted) else value
+    if isinstance(value, Hoisted):
+        return value.value
+    if isinstance(value, Submodule):
+        return resolve(value.target)(*(literal(a) for a in value.args))
+    return value
 
 
 def build_module(call: OpCall) -> nn.Module:
@@ -252,6 +275,8 @@ def apply_call(call: OpCall, x: torch.Tensor, operands: dict[Operand, torch.Tens
         out = BINARY_OPERATORS[call.target](*args)
     if call.output_index is not None:
         out = out[call.output_index]
+    if call.wrap is not None:
+        out = eval(call.wrap.format(x="x", call="out"), {**NAMESPACE, "x": x, "out": out})
     return out
 
 
@@ -269,3 +294,12 @@ def operands_of(call: OpCall) -> list[Operand]:
     walk(call.args)
     walk(tuple(v for _, v in call.kwargs))
     return found
+
+
+def excluded_entry(name: str, family: str, reason: str) -> OpEntry:
+    """A released name the catalog lists but never samples, with the reason; its sampler always declines."""
+
+    def decline(ctx: SampleContext) -> OpCall:
+        raise NotApplicable(f"{name} is excluded: {reason}")
+
+    return OpEntry(name=name, family=family, sampler=decline, ranks=(2, 3, 4, 5), excluded=reason)

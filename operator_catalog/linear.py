@@ -96,8 +96,18 @@ def _einsum(ctx: SampleContext) -> OpCall:
     )
 
 
+def _lazy_linear(ctx: SampleContext) -> OpCall:
+    return OpCall(
+        name="nn.LazyLinear",
+        style="module",
+        target="nn.LazyLinear",
+        init_args=(Hoisted("out_features", _features(ctx)),),
+    )
+
+
 ENTRIES = [
     OpEntry(name="nn.Linear", family=FAMILY, sampler=_linear, ranks=(2, 3, 4)),
+    OpEntry(name="nn.LazyLinear", family=FAMILY, sampler=_lazy_linear, ranks=(2, 3, 4)),
     OpEntry(name="F.linear", family=FAMILY, sampler=_f_linear, ranks=(2, 3)),
     OpEntry(name="torch.matmul", family=FAMILY, sampler=_right_weight("torch.matmul"), ranks=(2, 3, 4)),
     OpEntry(name="torch.mm", family=FAMILY, sampler=_right_weight("torch.mm"), ranks=(2,)),

@@ -5,7 +5,7 @@ Channel-wise norms read the channel count from dim 1 of their input; last-dimens
 
 from __future__ import annotations
 
-from operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X
+from operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X, excluded_entry
 
 FAMILY = "normalization"
 
@@ -89,6 +89,95 @@ def _local_response_norm(ctx: SampleContext) -> OpCall:
     )
 
 
+def _lazy_channel_norm(name: str):
+    """Lazy norms infer the channel count from their first input."""
+
+    def sample(ctx: SampleContext) -> OpCall:
+        kwargs = (("affine", True),) if "Instance" in name else ()
+        return OpCall(name=name, style="module", target=name, init_kwargs=kwargs)
+
+    return sample
+
+
+def _statistics(ctx: SampleContext) -> tuple[Operand, Operand, Operand, Operand]:
+    """Running mean and (positive) running variance, weight and bias of an inference-time batch norm."""
+    c = ctx.x.shape[1]
+    return (
+        Operand("parameter", (c,), "running_mean"),
+        Operand("parameter", (c,), "running_var", "rand"),
+        Operand("parameter", (c,), "bn_weight"),
+        Operand("parameter", (c,), "bn_bias"),
+    )
+
+
+def _f_batch_norm(ctx: SampleContext) -> OpCall:
+    mean, var, weight, bias = _statistics(ctx)
+    return OpCall(
+        name="F.batch_norm",
+        style="function",
+        target="F.batch_norm",
+        args=(X(), mean, var, weight, bias),
+        kwargs=(("training", False), ("eps", 1e-5)),
+    )
+
+
+def _native_batch_norm(ctx: SampleContext) -> OpCall:
+    mean, var, weight, bias = _statistics(ctx)
+    return OpCall(
+        name="torch.native_batch_norm",
+        style="function",
+        target="torch.native_batch_norm",
+        args=(X(), weight, bias, mean, var, False, 0.1, 1e-5),
+        output_index=0,
+    )
+
+
+def _native_layer_norm(ctx: SampleContext) -> OpCall:
+    size = ctx.x.shape[-1]
+    return OpCall(
+        name="torch.native_layer_norm",
+        style="function",
+        target="torch.native_layer_norm",
+        args=(
+            X(),
+            [size],
+            Operand("parameter", (size,), "ln_weight"),
+            Operand("parameter", (size,), "ln_bias"),
+            1e-5,
+        ),
+        output_index=0,
+    )
+
+
+def _f_instance_norm(ctx: SampleContext) -> OpCall:
+    c = ctx.x.shape[1]
+    return OpCall(
+        name="F.instance_norm",
+        style="function",
+        target="F.instance_norm",
+        kwargs=(("weight", Operand("parameter", (c,), "in_weight")), ("bias", Operand("parameter", (c,), "in_bias"))),
+    )
+
+
+def _f_local_response_norm(ctx: SampleContext) -> OpCall:
+    return OpCall(
+        name="F.local_response_norm",
+        style="function",
+        target="F.local_response_norm",
+        args=(X(), ctx.choice((2, 3, 5))),
+    )
+
+
+def _cross_map_lrn(ctx: SampleContext) -> OpCall:
+    return OpCall(
+        name="nn.CrossMapLRN2d",
+        style="module",
+        target="nn.CrossMapLRN2d",
+        init_args=(ctx.choice((3, 5)),),
+        init_kwargs=(("alpha", 1e-4), ("beta", 0.75), ("k", 1.0)),
+    )
+
+
 ENTRIES = [
     OpEntry(name="nn.BatchNorm1d", family=FAMILY, sampler=_channel_norm("nn.BatchNorm1d"), ranks=(2, 3)),
     OpEntry(name="nn.BatchNorm2d", family=FAMILY, sampler=_channel_norm("nn.BatchNorm2d"), ranks=(4,)),
@@ -103,4 +192,26 @@ ENTRIES = [
     OpEntry(name="F.layer_norm", family=FAMILY, sampler=_f_layer_norm, ranks=(2, 3, 4)),
     OpEntry(name="F.normalize", family=FAMILY, sampler=_normalize, ranks=(2, 3, 4)),
     OpEntry(name="nn.LocalResponseNorm", family=FAMILY, sampler=_local_response_norm, ranks=(3, 4)),
+    OpEntry(name="F.local_response_norm", family=FAMILY, sampler=_f_local_response_norm, ranks=(3, 4)),
+    OpEntry(name="nn.CrossMapLRN2d", family=FAMILY, sampler=_cross_map_lrn, ranks=(4,)),
+    OpEntry(name="nn.SyncBatchNorm", family=FAMILY, sampler=_channel_norm("nn.SyncBatchNorm"), ranks=(2, 3, 4, 5)),
+    OpEntry(name="nn.LazyBatchNorm2d", family=FAMILY, sampler=_lazy_channel_norm("nn.LazyBatchNorm2d"), ranks=(4,)),
+    *(
+        OpEntry(
+            name=f"nn.LazyInstanceNorm{d}d",
+            family=FAMILY,
+            sampler=_lazy_channel_norm(f"nn.LazyInstanceNorm{d}d"),
+            ranks=(d + 2,),
+        )
+        for d in (1, 2, 3)
+    ),
+    OpEntry(name="F.batch_norm", family=FAMILY, sampler=_f_batch_norm, ranks=(2, 3, 4, 5)),
+    OpEntry(name="F.instance_norm", family=FAMILY, sampler=_f_instance_norm, ranks=(3, 4, 5)),
+    OpEntry(name="torch.native_batch_norm", family=FAMILY, sampler=_native_batch_norm, ranks=(2, 3, 4, 5)),
+    OpEntry(name="torch.native_layer_norm", family=FAMILY, sampler=_native_layer_norm, ranks=(2, 3, 4)),
+    excluded_entry(
+        "torch.cudnn_batch_norm",
+        FAMILY,
+        "a cuDNN-only kernel with no CPU or meta implementation, so tasks using it cannot be checked or run on CPU",
+    ),
 ]

@@ -33,6 +33,33 @@ def _adaptive(name: str, style: str):
     return sample
 
 
+def _with_indices(name: str, adaptive: bool):
+    """`*_with_indices` forms return (values, indices): the values."""
+    inner = _adaptive(name, "function") if adaptive else _pool(name, "function")
+
+    def sample(ctx: SampleContext) -> OpCall:
+        call = inner(ctx)
+        return OpCall(name=name, style="function", target=name, args=call.args, kwargs=call.kwargs, output_index=0)
+
+    return sample
+
+
+def _lp_pool(name: str, style: str):
+    """Power-average pooling; p = 2 is the root of the mean square (times the window size)."""
+
+    def sample(ctx: SampleContext) -> OpCall:
+        extent = min(ctx.x.shape[2:])
+        if extent < 2:
+            raise NotApplicable(f"{name} needs a spatial extent >= 2")
+        kernel = ctx.choice([k for k in (2, 3) if k <= extent])
+        p = ctx.choice((1.0, 2.0))
+        if style == "module":
+            return OpCall(name=name, style="module", target=name, init_args=(p, kernel))
+        return OpCall(name=name, style="function", target=name, args=(X(), p, kernel))
+
+    return sample
+
+
 ENTRIES = [
     *(
         OpEntry(name=f"nn.{k}Pool{d}d", family=FAMILY, sampler=_pool(f"nn.{k}Pool{d}d", "module"), ranks=(d + 2,))
@@ -78,5 +105,37 @@ ENTRIES = [
         family=FAMILY,
         sampler=_adaptive("F.adaptive_avg_pool3d", "function"),
         ranks=(5,),
+    ),
+    OpEntry(
+        name="F.adaptive_max_pool1d_with_indices",
+        family=FAMILY,
+        sampler=_with_indices("F.adaptive_max_pool1d_with_indices", adaptive=True),
+        ranks=(3,),
+    ),
+    *(
+        OpEntry(
+            name=f"F.adaptive_max_pool{d}d",
+            family=FAMILY,
+            sampler=_adaptive(f"F.adaptive_max_pool{d}d", "function"),
+            ranks=(d + 2,),
+        )
+        for d in (2, 3)
+    ),
+    *(
+        OpEntry(
+            name=f"F.max_pool{d}d_with_indices",
+            family=FAMILY,
+            sampler=_with_indices(f"F.max_pool{d}d_with_indices", adaptive=False),
+            ranks=(d + 2,),
+        )
+        for d in (1, 2)
+    ),
+    *(
+        OpEntry(name=f"nn.LPPool{d}d", family=FAMILY, sampler=_lp_pool(f"nn.LPPool{d}d", "module"), ranks=(d + 2,))
+        for d in (1, 2)
+    ),
+    *(
+        OpEntry(name=f"F.lp_pool{d}d", family=FAMILY, sampler=_lp_pool(f"F.lp_pool{d}d", "function"), ranks=(d + 2,))
+        for d in (2, 3)
     ),
 ]

@@ -45,4 +45,18 @@ ENTRIES = [
     OpEntry(name="torch.median", family=FAMILY, sampler=_reduce("torch.median", values_of_tuple=True), ranks=RANKS),
     OpEntry(name="torch.argmax", family=FAMILY, sampler=_reduce("torch.argmax"), ranks=RANKS),
     OpEntry(name="torch.argmin", family=FAMILY, sampler=_reduce("torch.argmin"), ranks=RANKS),
+    OpEntry(
+        name="torch.prod",
+        family=FAMILY,
+        sampler=_reduce("torch.prod"),
+        ranks=RANKS,
+        notes="long products of N(0,1) values vanish; the distinguishability filter drops those",
+    ),
+    OpEntry(name="torch.mode", family=FAMILY, sampler=_reduce("torch.mode", values_of_tuple=True), ranks=RANKS),
+    OpEntry(
+        name="torch.nanmedian", family=FAMILY, sampler=_reduce("torch.nanmedian", values_of_tuple=True), ranks=RANKS
+    ),
+    # (std, mean) / (var, mean): the first of the pair.
+    OpEntry(name="torch.std_mean", family=FAMILY, sampler=_reduce("torch.std_mean", values_of_tuple=True), ranks=RANKS),
+    OpEntry(name="torch.var_mean", family=FAMILY, sampler=_reduce("torch.var_mean", values_of_tuple=True), ranks=RANKS),
 ]

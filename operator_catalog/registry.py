@@ -11,13 +11,20 @@ from functools import cache
 from operator_catalog import (
     activations,
     arithmetic,
+    containers,
     convolution,
+    creation,
+    indexing,
     linear,
+    logical,
+    losses,
     normalization,
     pooling,
     reductions,
     scans,
+    sequence,
     shape_ops,
+    spectral,
     transformers_modules,
 )
 from operator_catalog.entry import OpEntry
@@ -33,6 +40,13 @@ FAMILIES = (
     reductions,
     scans,
     shape_ops,
+    logical,
+    indexing,
+    losses,
+    sequence,
+    spectral,
+    creation,
+    containers,
     transformers_modules,
 )
 Entry = OpEntry | TransformersEntry

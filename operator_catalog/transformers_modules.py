@@ -188,6 +188,13 @@ def compose_transformers(seed: int, workload: Workload, batch_scale: float = 1.0
     the batch of its inputs (shape calibration)."""
     rng = random.Random(seed)
     entry = rng.choice([e for e in ENTRIES if e.excluded is None])
+    return transformers_task(entry, rng, workload, batch_scale)
+
+
+def transformers_task(
+    entry: TransformersEntry, rng: random.Random, workload: Workload, batch_scale: float = 1.0
+) -> RenderedTask:
+    """One sampled use of `entry`, its input batch multiplied by `batch_scale`."""
     use = entry.sampler(rng, workload)
     if batch_scale != 1.0:
         fixed = tuple(range(1, 5))  # only the batch moves: every other dimension is tied to the module's config

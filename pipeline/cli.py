@@ -159,11 +159,20 @@ def build_parser() -> argparse.ArgumentParser:
     cat = sub.add_parser(
         "catalog",
         help="list the operator catalog, or `catalog check` it on the meta device",
-        epilog="examples:\n  opsynth catalog\n  opsynth catalog --json\n  opsynth catalog check",
+        epilog=(
+            "examples:\n  opsynth catalog\n  opsynth catalog --json\n  opsynth catalog check\n"
+            "  opsynth catalog check --execute --no-compile-check"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cat.add_argument("action", nargs="?", choices=("list", "check"), default="list")
     cat.add_argument("--json", action="store_true", help='print {"entries": [...]} as JSON')
+    cat.add_argument(
+        "--execute",
+        action="store_true",
+        help="check: also run each entry's one-operator tiny task through the execution filters on the CPU",
+    )
+    cat.add_argument("--no-compile-check", action="store_true", help="--execute: skip the torch.compile check")
 
     ref = sub.add_parser(
         "reference",
@@ -360,6 +369,8 @@ def cmd_catalog(args) -> int:
                     print(f"FAIL {entry.name} [{workload.name}]: {error}")
         checked = sum(1 for e in entries if not e.excluded)
         print(f"{checked} entries checked on meta in {len(WORKLOADS)} workloads: {failures} failures")
+        if args.execute:
+            failures += _execute_catalog(entries, compile_check=not args.no_compile_check)
         return 1 if failures else 0
     if args.json:
         rows = [
@@ -383,6 +394,29 @@ def cmd_catalog(args) -> int:
         )
     print(f"{len(entries)} entries")
     return 0
+
+
+def _execute_catalog(entries, compile_check: bool) -> int:
+    """Run every entry's one-operator tiny task through the CPU execution filters; the number that fail."""
+    from operator_catalog.check import execute_entry
+    from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES
+    from pipeline.run import execution_config
+
+    workload = WORKLOADS["tiny"]
+    config = execution_config("cpu", workload.runtime_window_ms, workload.timeout_s, compile_check, 1)
+    failures = 0
+    for entry in entries:
+        if not entry.excluded:
+            error = execute_entry(entry, workload, config, CALIBRATION_TRIES, CALIBRATION_MAX_FACTOR)
+            if error:
+                failures += 1
+                print(f"FAIL {entry.name} [executed]: {error}")
+    checked = sum(1 for e in entries if not e.excluded)
+    print(
+        f"{checked} entries executed on the CPU (tiny, compile check {'on' if compile_check else 'off'}): "
+        f"{failures} failures"
+    )
+    return failures
 
 
 def cmd_reference(args) -> int:

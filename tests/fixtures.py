@@ -28,6 +28,8 @@ def task(forward_body: str, init_body: str = "pass") -> str:
 GOOD = task("return torch.relu(self.linear(x))", "self.linear = nn.Linear(32, 16)")
 STOCHASTIC = task("return torch.nn.functional.dropout(x, p=0.5, training=True)")
 CONSTANT = task("return torch.ones_like(x)")
+SCALAR_LOSS = task("return torch.nn.functional.mse_loss(x, torch.zeros_like(x))")
+CONSTANT_SCALAR = task("return (x * 0).sum() + 1.0")
 VANISHING = task("return x * 1e-6")
 NAN = task("return torch.log(-x.abs() - 1.0)")
 SEGFAULT = task("import ctypes\nctypes.string_at(0)\nreturn x")

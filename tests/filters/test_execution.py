@@ -31,6 +31,8 @@ CASES = [
     ("good", fixtures.GOOD, KEEP),
     ("stochastic", fixtures.STOCHASTIC, NOT_DETERMINISTIC),
     ("constant", fixtures.CONSTANT, INDISTINGUISHABLE_OUTPUTS),
+    ("scalar_loss", fixtures.SCALAR_LOSS, KEEP),  # one value per draw: judged across draws, not as a constant
+    ("constant_scalar", fixtures.CONSTANT_SCALAR, INDISTINGUISHABLE_OUTPUTS),
     ("vanishing", fixtures.VANISHING, INDISTINGUISHABLE_OUTPUTS),
     ("nan", fixtures.NAN, NOT_FINITE),
     ("segfault", fixtures.SEGFAULT, CRASH),

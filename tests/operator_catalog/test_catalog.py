@@ -4,14 +4,15 @@ import pytest
 
 from operator_catalog import OpEntry, all_entries, get
 from operator_catalog.activations import _plain
-from operator_catalog.check import check_entry
+from operator_catalog.check import check_entry, execute_entry
 from operator_catalog.registry import UnknownOperator
-from pipeline.config import WORKLOADS
+from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES, WORKLOADS
+from pipeline.run import execution_config
 
 ENTRIES = [e for e in all_entries() if e.excluded is None]
 REQUIRED_FAMILIES = {
     "activations", "arithmetic", "normalization", "convolution", "linear", "pooling", "reductions", "scans",
-    "shape_ops",
+    "shape_ops", "logical", "indexing", "losses", "sequence", "spectral", "creation", "containers",
 }  # fmt: skip
 
 
@@ -34,10 +35,40 @@ def test_names_are_spelled_as_in_the_released_vocabulary(ops6k_vocabulary):
     assert unknown == []
 
 
+def test_every_released_torch_name_is_an_entry_and_300_are_sampled(ops6k_vocabulary):
+    with open(ops6k_vocabulary) as f:
+        vocabulary = {row["op"] for row in csv.DictReader(f, delimiter="\t")}
+    torch_entries = {e.name: e for e in all_entries() if e.kind == "torch"}
+    assert sorted(vocabulary - set(torch_entries)) == []  # none silently missing
+    assert sum(1 for e in torch_entries.values() if e.excluded is None) >= 300
+
+
+def test_excluded_entries_say_why_and_are_never_drawn():
+    from operator_catalog.registry import sampleable
+
+    excluded = [e for e in all_entries() if e.excluded is not None]
+    assert excluded and all(len(e.excluded) > 20 for e in excluded)
+    drawn = {e.name for kind in ("torch", "transformers") for e in sampleable(kind)}
+    assert not drawn & {e.name for e in excluded}
+
+
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_every_entry_builds_and_runs_on_meta(entry, workload):
     assert check_entry(entry, WORKLOADS[workload]) is None
+
+
+# Eager checks only: the compile check of every entry (inductor, minutes on 2 cores) is `opsynth catalog check
+# --execute`, run before a catalog change lands.
+EXECUTE_CONFIG = execution_config(
+    "cpu", WORKLOADS["tiny"].runtime_window_ms, WORKLOADS["tiny"].timeout_s, compile_check=False, workers=1
+)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_every_entry_appears_in_a_task_that_passes_the_filters_on_cpu(entry):
+    error = execute_entry(entry, WORKLOADS["tiny"], EXECUTE_CONFIG, CALIBRATION_TRIES, CALIBRATION_MAX_FACTOR)
+    assert error is None
 
 
 def test_entry_validation_rejects_bad_entries():

@@ -101,3 +101,47 @@ def test_a_rescaled_candidate_keeps_its_operators_under_weights():
         rescaled = rescale_candidate(original, 0.5, WORKLOADS["tiny"], op_weights="ops6k")
         if rescaled is not None:
             assert rescaled.ops == original.ops and rescaled.batch_scale == 0.5
+
+
+def _one_op(name: str, seed: int = 0):
+    import random
+
+    comp = chain([get(name)], random.Random(seed), TINY)
+    return comp, render(comp)
+
+
+def test_a_factory_is_wrapped_in_glue_and_listed_alone():
+    comp, task = _one_op("torch.arange")
+    assert "x = x.add(torch.arange(" in task.source
+    assert task.ops == ("torch.arange",) and ops_faithful(task.source, task.ops)
+    assert comp.output.shape == comp.input.shape
+
+
+def test_sequential_renders_its_layers_and_lists_only_the_container():
+    _, task = _one_op("nn.Sequential")
+    assert "nn.Sequential(nn.Linear(" in task.source or "nn.Sequential(nn.Conv2d(" in task.source
+    assert task.ops == ("nn.Sequential",) and ops_faithful(task.source, task.ops)
+
+
+def test_a_complex_result_becomes_its_magnitude():
+    comp, task = _one_op("torch.stft")
+    assert isinstance(comp.nodes[-1], GlueNode) and comp.nodes[-1].steps == (("abs", ()),)
+    assert comp.output.dtype == "float32"
+    loaded = load_task(task.source)
+    with torch.no_grad():
+        out = loaded.model_class(*loaded.get_init_inputs()).eval()(*loaded.get_inputs())
+    assert out.dtype == torch.float32 and out.shape == comp.output.shape
+
+
+def test_a_scalar_result_ends_a_chain():
+    comp, _ = _one_op("torch.dist")
+    assert get("torch.dist").terminal and comp.output.shape == ()
+
+
+def test_a_stated_output_shape_matches_what_the_task_returns():
+    # nn.AdaptiveLogSoftmaxWithLoss cannot run on meta; its entry states the shape, which execution confirms.
+    comp, task = _one_op("nn.AdaptiveLogSoftmaxWithLoss")
+    loaded = load_task(task.source)
+    with torch.no_grad():
+        out = loaded.model_class(*loaded.get_init_inputs()).eval()(*loaded.get_inputs())
+    assert tuple(out.shape) == comp.output.shape == (comp.input.shape[0],)

@@ -1,0 +1,99 @@
+"""Sequence models: recurrent layers and attention over a rank-3 input read as (batch, sequence, features).
+
+The sequence is dim 1 (the channels of a KernelBench (B, C, L) input), so recurrences stay short enough to
+unroll on the meta device; outputs keep the batch-first layout.
+"""
+
+from __future__ import annotations
+
+from operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X
+
+FAMILY = "sequence"
+
+
+def _recurrent(name: str):
+    def sample(ctx: SampleContext) -> OpCall:
+        features = ctx.x.shape[-1]
+        hidden = ctx.choice(ctx.workload.features)
+        kwargs: tuple = (("num_layers", ctx.choice((1, 2))), ("batch_first", True))
+        if ctx.rng.random() < 0.3:
+            kwargs += (("bidirectional", True),)
+        return OpCall(
+            name=name,
+            style="module",
+            target=name,
+            init_args=(Hoisted("input_size", features), Hoisted("hidden_size", hidden)),
+            init_kwargs=kwargs,
+            output_index=0,  # the sequence of hidden states; [1] is the final state
+        )
+
+    return sample
+
+
+def _heads(ctx: SampleContext, embed: int) -> int:
+    heads = [h for h in (1, 2, 4, 8, 16) if embed % h == 0 and embed // h >= 8]
+    if not heads:
+        raise NotApplicable(f"no head count divides an embedding of {embed} into heads of >= 8")
+    return ctx.choice(heads)
+
+
+def _multihead_attention(ctx: SampleContext) -> OpCall:
+    embed = ctx.x.shape[-1]
+    return OpCall(
+        name="nn.MultiheadAttention",
+        style="module",
+        target="nn.MultiheadAttention",
+        init_args=(Hoisted("embed_dim", embed), Hoisted("num_heads", _heads(ctx, embed))),
+        init_kwargs=(("batch_first", True),),
+        args=(X(), X(), X()),
+        kwargs=(("need_weights", False),),
+        output_index=0,
+    )
+
+
+def _sdpa(ctx: SampleContext) -> OpCall:
+    return OpCall(
+        name="F.scaled_dot_product_attention",
+        style="function",
+        target="F.scaled_dot_product_attention",
+        args=(X(), Operand("input", ctx.x.shape, "key"), Operand("input", ctx.x.shape, "value")),
+        kwargs=(("is_causal", ctx.rng.random() < 0.5),),
+    )
+
+
+def _mha_forward(ctx: SampleContext) -> OpCall:
+    # The functional core of nn.MultiheadAttention on a (sequence, batch, embed) reading of x.
+    embed = ctx.x.shape[-1]
+    heads = _heads(ctx, embed)
+    return OpCall(
+        name="F.multi_head_attention_forward",
+        style="function",
+        target="F.multi_head_attention_forward",
+        args=(
+            X(),
+            X(),
+            X(),
+            embed,
+            heads,
+            Operand("parameter", (3 * embed, embed), "in_proj_weight"),
+            Operand("parameter", (3 * embed,), "in_proj_bias"),
+            None,
+            None,
+            False,
+            0.0,
+            Operand("parameter", (embed, embed), "out_proj_weight"),
+            Operand("parameter", (embed,), "out_proj_bias"),
+        ),
+        kwargs=(("training", False), ("need_weights", False)),
+        output_index=0,
+    )
+
+
+ENTRIES = [
+    OpEntry(name="nn.LSTM", family=FAMILY, sampler=_recurrent("nn.LSTM"), ranks=(3,)),
+    OpEntry(name="nn.GRU", family=FAMILY, sampler=_recurrent("nn.GRU"), ranks=(3,)),
+    OpEntry(name="nn.RNN", family=FAMILY, sampler=_recurrent("nn.RNN"), ranks=(3,)),
+    OpEntry(name="nn.MultiheadAttention", family=FAMILY, sampler=_multihead_attention, ranks=(3,)),
+    OpEntry(name="F.scaled_dot_product_attention", family=FAMILY, sampler=_sdpa, ranks=(3, 4)),
+    OpEntry(name="F.multi_head_attention_forward", family=FAMILY, sampler=_mha_forward, ranks=(3,)),
+]
