@@ -1,6 +1,7 @@
 import csv
 
 import pytest
+import torch
 
 from operator_catalog import OpEntry, all_entries, get
 from operator_catalog.activations import _plain
@@ -88,8 +89,24 @@ def test_unknown_operator_lookup_raises():
 def test_transformers_entries_are_released_classes(ops6k_transformers):
     with open(ops6k_transformers) as f:
         released = {row["class"] for row in csv.DictReader(f, delimiter="\t")}
-    names = [e.name for e in all_entries() if e.kind == "transformers"]
-    assert names and set(names) <= released
+    entries = [e for e in all_entries() if e.kind == "transformers"]
+    assert {e.name for e in entries} == released  # every released class: sampled, or excluded with the reason
+    assert sum(1 for e in entries if e.excluded is None) >= 40
+
+
+def test_a_feature_pyramid_module_takes_its_maps_as_one_list():
+    import random
+
+    from filters.task_loading import load_task
+    from operator_catalog.transformers_modules import transformers_task
+
+    task = transformers_task(get("DepthAnythingNeck"), random.Random(0), WORKLOADS["tiny"])
+    loaded = load_task(task.source)
+    inputs = loaded.get_inputs()
+    assert isinstance(inputs[0], list) and len(inputs[0]) == 4 and all(isinstance(i, int) for i in inputs[1:])
+    with torch.no_grad():
+        outs = loaded.model_class(*loaded.get_init_inputs()).eval()(*inputs)
+    assert len(outs) == 4 and all(o.dim() == 4 for o in outs)
 
 
 def test_transformers_task_inlines_its_class_and_helpers():
