@@ -78,7 +78,7 @@ KERNELBENCH_JACCARD_THRESHOLD = 0.85
 
 # Within-set dedup: near-duplicate programs and repeats of one operator graph.
 NEAR_DUPLICATE_JACCARD = 0.9  # MinHash Jaccard of normalized programs at which a later task is a near-duplicate
-MAX_ROWS_PER_OP_GRAPH = 3  # rows that may share one ordered operator list
+MAX_ROWS_PER_OP_GRAPH = 1  # rows that may share one ordered operator list (raised where a quota needs more)
 
 # Composition.
 MAX_OPS = 5
