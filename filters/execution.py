@@ -10,6 +10,7 @@ import contextlib
 import os
 import statistics
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -173,7 +174,9 @@ def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -
     its timings): kernels of two processes on one GPU slow each other, which would make a task's measured time
     depend on its neighbour. Loading, and compiling (mostly CPU), overlap freely."""
     try:
-        return Verdict(KEEP, "", _checks(source, seed, cfg, device_lock or contextlib.nullcontext()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a task's own warnings (deprecated spellings) say nothing about it
+            return Verdict(KEEP, "", _checks(source, seed, cfg, device_lock or contextlib.nullcontext()))
     except CheckFailed as failed:
         return failed.verdict
     except Exception as e:

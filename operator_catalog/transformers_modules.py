@@ -505,6 +505,7 @@ ENTRIES = [
     ),
 ]
 
+
 def _not_sampled(rng: random.Random, wl: Workload) -> ModuleUse:
     raise NotImplementedError("an excluded entry is never sampled")
 

@@ -173,6 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="check: also run each entry's one-operator tiny task through the execution filters on the CPU",
     )
     cat.add_argument("--no-compile-check", action="store_true", help="--execute: skip the torch.compile check")
+    cat.add_argument(
+        "--device",
+        default="cpu",
+        choices=("auto", "cuda", "cpu"),
+        help="--execute: where to run (cpu: tiny tasks; cuda: gpu-workload tasks in its window)",
+    )
 
     ref = sub.add_parser(
         "reference",
@@ -370,7 +376,7 @@ def cmd_catalog(args) -> int:
         checked = sum(1 for e in entries if not e.excluded)
         print(f"{checked} entries checked on meta in {len(WORKLOADS)} workloads: {failures} failures")
         if args.execute:
-            failures += _execute_catalog(entries, compile_check=not args.no_compile_check)
+            failures += _execute_catalog(entries, _resolve_device(args.device), not args.no_compile_check)
         return 1 if failures else 0
     if args.json:
         rows = [
@@ -396,14 +402,15 @@ def cmd_catalog(args) -> int:
     return 0
 
 
-def _execute_catalog(entries, compile_check: bool) -> int:
-    """Run every entry's one-operator tiny task through the CPU execution filters; the number that fail."""
+def _execute_catalog(entries, device: str, compile_check: bool) -> int:
+    """Run every entry's task through the execution filters (tiny on the CPU, gpu on CUDA); the number that
+    fail. In this process, one task at a time: a task that crashes the process stops the check."""
     from operator_catalog.check import execute_entry
     from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES
     from pipeline.run import execution_config
 
-    workload = WORKLOADS["tiny"]
-    config = execution_config("cpu", workload.runtime_window_ms, workload.timeout_s, compile_check, 1)
+    workload = WORKLOADS["gpu" if device == "cuda" else "tiny"]
+    config = execution_config(device, workload.runtime_window_ms, workload.timeout_s, compile_check, 1)
     failures = 0
     for entry in entries:
         if not entry.excluded:
@@ -413,7 +420,7 @@ def _execute_catalog(entries, compile_check: bool) -> int:
                 print(f"FAIL {entry.name} [executed]: {error}")
     checked = sum(1 for e in entries if not e.excluded)
     print(
-        f"{checked} entries executed on the CPU (tiny, compile check {'on' if compile_check else 'off'}): "
+        f"{checked} entries executed on {device} ({workload.name}, compile check {'on' if compile_check else 'off'}): "
         f"{failures} failures"
     )
     return failures
