@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -30,8 +31,27 @@ def _save(fig: Figure, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def write_figures(folder: Path, rows: list[dict], stats: dict) -> list[str]:
-    """Draw every figure from the rows written; returns their paths relative to the dataset folder."""
+@dataclass
+class FigureData:
+    """What the figures need of the rows, gathered as the rows stream past: a few numbers per row, no code."""
+
+    operators: Counter = field(default_factory=Counter)
+    eager_ms: list[float] = field(default_factory=list)
+    kb_ast_similarity: list[float] = field(default_factory=list)
+
+    def add(self, row: dict) -> dict:
+        if row["data_source"] != "transformers":
+            self.operators.update(json.loads(row["ops"]))
+        if row["eager_ms"]:
+            self.eager_ms.append(row["eager_ms"])
+        if row["kb_ast_similarity"] is not None:
+            self.kb_ast_similarity.append(row["kb_ast_similarity"])
+        return row
+
+
+def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
+    """Draw every figure from what was gathered of the rows written; returns their paths relative to the
+    dataset folder."""
     figures = folder / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     cfg = stats["config"]
@@ -43,15 +63,14 @@ def write_figures(folder: Path, rows: list[dict], stats: dict) -> list[str]:
     ax.set_title(FIGURES["ops_per_task"])
     _save(fig, figures / "ops_per_task.png")
 
-    counts = Counter(op for r in rows if r["data_source"] != "transformers" for op in json.loads(r["ops"]))
-    top = counts.most_common(25)[::-1]
+    top = data.operators.most_common(25)[::-1]
     fig, ax = _axes(6, 6)
     ax.barh([name for name, _ in top], [n for _, n in top], color="#55A868")
     ax.set_xlabel("occurrences in ops")
     ax.set_title(FIGURES["top_operators"])
     _save(fig, figures / "top_operators.png")
 
-    eager = [r["eager_ms"] for r in rows if r["eager_ms"]]
+    eager = data.eager_ms
     low, high = cfg["runtime_window_ms"]
     fig, ax = _axes(6, 3.2)
     if eager:
@@ -67,7 +86,7 @@ def write_figures(folder: Path, rows: list[dict], stats: dict) -> list[str]:
     ax.set_title(FIGURES["eager_time"])
     _save(fig, figures / "eager_time.png")
 
-    scores = [r["kb_ast_similarity"] for r in rows if r["kb_ast_similarity"] is not None]
+    scores = data.kb_ast_similarity
     fig, ax = _axes(6, 3.2)
     ax.axvspan(0.25, 0.35, color="#DDDDDD", label="most of the paper's kept tasks")
     ax.hist(scores, bins=[i / 50 for i in range(51)], color="#C44E52", label="this set")

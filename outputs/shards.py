@@ -1,12 +1,14 @@
 """Parquet shards in the Hugging Face layout (`train-00000-of-00003.parquet`), written atomically.
 
 All shards of a split are written under temporary names first, then older shards of that split are removed
-and the new ones renamed into place, so a reader sees either the old complete set or the new one.
+and the new ones renamed into place, so a reader sees either the old complete set or the new one. Rows are
+streamed: memory holds one shard's rows, whatever the split's size.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,21 +27,15 @@ def _row_bytes(row: dict) -> int:
     return sum(len(v) if isinstance(v, str) else 8 for v in row.values())
 
 
-def plan_shards(rows: list[dict], max_rows: int, max_bytes: int) -> list[tuple[int, int]]:
-    """(start, end) of each shard: at most `max_rows` rows and about `max_bytes` bytes, at least one row."""
-    bounds, start, size = [], 0, 0
-    for i, row in enumerate(rows):
-        row_size = _row_bytes(row)
-        if i > start and (i - start >= max_rows or size + row_size > max_bytes):
-            bounds.append((start, i))
-            start, size = i, 0
-        size += row_size
-    bounds.append((start, len(rows)))
-    return bounds
+def _write_part(part: list[dict], schema: pa.Schema, path: Path, row_group_rows: int, max_row_group_bytes: int):
+    table = pa.Table.from_pylist(part, schema=schema)
+    mean_row = max(1, sum(_row_bytes(r) for r in part) // max(1, len(part)))
+    group_rows = max(1, min(row_group_rows, max_row_group_bytes // mean_row))
+    pq.write_table(table, path, row_group_size=group_rows, compression="zstd")
 
 
 def write_shards(
-    rows: list[dict],
+    rows: Iterable[dict],
     schema: pa.Schema,
     folder: Path,
     split: str,
@@ -48,25 +44,35 @@ def write_shards(
     max_bytes: int = MAX_SHARD_BYTES,
     max_row_group_bytes: int = MAX_ROW_GROUP_BYTES,
 ) -> list[Path]:
+    """Write `rows` (any iterable, consumed once) as shards of at most `max_rows` rows and about `max_bytes`
+    bytes each, at least one shard. Only one shard's rows are held at a time: each is written under a temporary
+    name as soon as it is full, and all are renamed into place once their total count is known."""
     folder.mkdir(parents=True, exist_ok=True)
-    bounds = plan_shards(rows, max_rows, max_bytes)
-    staged: list[tuple[Path, Path]] = []
-    for i, (start, end) in enumerate(bounds):
-        part = rows[start:end]
-        table = pa.Table.from_pylist(part, schema=schema)
-        mean_row = max(1, sum(_row_bytes(r) for r in part) // max(1, len(part)))
-        group_rows = max(1, min(row_group_rows, max_row_group_bytes // mean_row))
-        final = folder / shard_name(split, i, len(bounds))
-        tmp = folder / f".tmp-{final.name}"
-        pq.write_table(table, tmp, row_group_size=group_rows, compression="zstd")
-        staged.append((tmp, final))
-    finals = {final for _, final in staged}
+    staged: list[Path] = []
+    part: list[dict] = []
+    size = 0
+
+    def flush() -> None:
+        tmp = folder / f".tmp-{split}-{len(staged):05d}.parquet"
+        _write_part(part, schema, tmp, row_group_rows, max_row_group_bytes)
+        staged.append(tmp)
+
+    for row in rows:
+        row_size = _row_bytes(row)
+        if part and (len(part) >= max_rows or size + row_size > max_bytes):
+            flush()
+            part, size = [], 0
+        part.append(row)
+        size += row_size
+    if part or not staged:
+        flush()
+    finals = [folder / shard_name(split, i, len(staged)) for i in range(len(staged))]
     for old in folder.glob(f"{split}-*-of-*.parquet"):
         if old not in finals:
             old.unlink()
-    for tmp, final in staged:
+    for tmp, final in zip(staged, finals, strict=True):
         os.replace(tmp, final)
-    return [final for _, final in staged]
+    return finals
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -13,7 +13,6 @@ from collections import Counter
 from filters.reasons import REASONS
 from pipeline.config import OPS6K_MIXTURE
 from pipeline.options import GenerateOptions
-from pipeline.records import Candidate, Rejection
 
 STAGES = ("compose", "shape_check", "decontaminate", "dedup", "execute", "select")
 
@@ -34,30 +33,33 @@ def build_stats(
     *,
     options: GenerateOptions,
     quota: dict[str, int],
-    selected: list[Candidate],
+    rows_per_source: Counter,
     accepted_total: int,
-    rejections: list[Rejection],
+    dropped: Counter,
     rounds: list[dict],
     wall_s: float,
     device: str,
     generator_version: str,
 ) -> dict:
+    """`dropped` counts rejections by (stage, reason); `rows_per_source` the rows written per data source."""
     candidates = sum(r["candidates"] for r in rounds)
     by_stage: dict[str, Counter] = {s: Counter() for s in STAGES}
-    for r in rejections:
-        by_stage[r.stage][r.reason] += 1
+    for (stage, reason), n in dropped.items():
+        by_stage[stage][reason] += n
     funnel = {}
     remaining = candidates
     for stage in STAGES:
-        dropped = sum(by_stage[stage].values())
+        dropped_here = sum(by_stage[stage].values())
         funnel[stage] = {
             "in": remaining,
-            "kept": remaining - dropped,
+            "kept": remaining - dropped_here,
             "dropped": dict(sorted(by_stage[stage].items())),
         }
-        remaining -= dropped
-    all_reasons = Counter(r.reason for r in rejections)
-    rows_per_source = Counter(c.data_source for c in selected)
+        remaining -= dropped_here
+    all_reasons: Counter = Counter()
+    for (_, reason), n in dropped.items():
+        all_reasons[reason] += n
+    rows = sum(rows_per_source.values())
     return {
         "config": {"out": options.out, **options.fingerprint()},
         "versions": _versions(generator_version),
@@ -65,9 +67,9 @@ def build_stats(
         "counts": {
             "candidates": candidates,
             "accepted": accepted_total,
-            "rows": len(selected),
-            "accepted_not_selected": accepted_total - len(selected) - sum(by_stage["select"].values()),
-            "rejected": len(rejections),
+            "rows": rows,
+            "accepted_not_selected": accepted_total - rows - sum(by_stage["select"].values()),
+            "rejected": sum(dropped.values()),
         },
         "funnel": funnel,
         "dropped_by_reason": {reason: all_reasons.get(reason, 0) for reason in REASONS},

@@ -85,11 +85,14 @@ MAX_OPS = 5
 COMPOSE_ATTEMPTS = 64  # tries at one candidate's chain before it is dropped as a shape_error
 
 # Rounds. The first round of a data source is a pilot: missing rows x INITIAL_OVERSAMPLING, at most
-# PILOT_CANDIDATES, which measures its yield; later rounds make missing / yield x ROUND_PADDING.
+# PILOT_CANDIDATES, which measures its yield; later rounds make missing / yield x ROUND_PADDING. No round makes
+# more than MAX_ROUND_CANDIDATES (the round's records are what a runner holds in memory), and a run gives up
+# after MAX_IDLE_ROUNDS rounds in a row that add no row.
 INITIAL_OVERSAMPLING = 2.5
 PILOT_CANDIDATES = 400
 ROUND_PADDING = 1.15
-MAX_ROUNDS = 12
+MAX_ROUND_CANDIDATES = 4096
+MAX_IDLE_ROUNDS = 4
 
 # Output shards.
 MAX_ROWS_PER_SHARD = 10_000

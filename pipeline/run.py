@@ -3,16 +3,23 @@
 Each round's outputs land under `DIR/.opsynth/round-NNNNN/` and are marked complete only after the round's
 pipeline finished, so a run started again with the same options resumes at the first incomplete round. The
 round plan depends only on earlier rounds' results, so a resumed run makes the same dataset.
+
+Memory is bounded by a round, not by the run: the driver reads one round's records at a time, selects from
+them, and spools the round's rows and rejections, sorted, beside its outputs; the final shards are a merge of
+those spools. What it keeps across rounds is small per candidate (dedup keys, MinHash signatures of the rows,
+counts, and three numbers per row for the figures).
 """
 
 from __future__ import annotations
 
 import glob
+import heapq
 import json
 import math
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,13 +30,14 @@ from filters.execution import ExecutionConfig, device_name
 from operator_catalog import catalog_version
 from operator_catalog.registry import sampleable
 from outputs.card import split_info, write_card
-from outputs.figures import write_figures
+from outputs.figures import FigureData, write_figures
 from outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
 from outputs.shards import write_shards, write_text_atomic
 from outputs.stats import build_stats
 from pipeline.config import (
     INITIAL_OVERSAMPLING,
-    MAX_ROUNDS,
+    MAX_IDLE_ROUNDS,
+    MAX_ROUND_CANDIDATES,
     MAX_ROWS_PER_SHARD,
     PILOT_CANDIDATES,
     ROUND_PADDING,
@@ -41,13 +49,15 @@ from pipeline.errors import OpsynthError, UsageError
 from pipeline.graph import build_round
 from pipeline.options import GenerateOptions, quotas
 from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
-from pipeline.selection import select
+from pipeline.selection import Selector
 from pipeline.stages import stage_work_seconds
 
 STATE_DIR = ".opsynth"
 CONFIG_FILE = "config.json"
 DONE_MARKER = "_SUCCESS"
 WORK_FILE = "stage_work_s.json"
+SELECTED_SPOOL = "selected.jsonl"  # the round's rows, by id
+REJECTED_SPOOL = "rejections.jsonl"  # the round's rejections (its stages' and the selection's), by order
 PROGRESS_DIR = "progress"  # the execution stage's checkpoints, shared by the rounds of a run
 MIN_CANDIDATES_PER_ROUND = 4
 
@@ -115,26 +125,43 @@ def _read_jsonl(pattern: str) -> list[dict]:
     return rows
 
 
-def _plan_round(
-    quota: dict[str, int], selected: dict[str, list], tried: Counter, last_round: dict[str, tuple[int, int]]
-) -> dict[str, int]:
+def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, tuple[int, int]]) -> dict[str, int]:
     """Candidates to make per data source: a bounded pilot first, then the missing rows over the yield of the
     last round (`last_round[source]` = candidates made, rows gained). The last round's yield, not the run's:
-    as a source's quota nears what the dedup caps admit, the yield falls and the average would lag behind."""
+    as a source's quota nears what the dedup caps admit, the yield falls and the average would lag behind.
+    A plan larger than MAX_ROUND_CANDIDATES is scaled down to it (each source keeps its share)."""
     plan = {}
-    for source, want in quota.items():
-        missing = want - len(selected[source])
-        if missing <= 0:
-            continue
+    for source, want in missing.items():
         made, gained = last_round.get(source, (0, 0))
         if gained:
-            n = math.ceil(missing * made / gained * ROUND_PADDING)
+            n = math.ceil(want * made / gained * ROUND_PADDING)
         elif tried[source]:
             n = 2 * max(made, MIN_CANDIDATES_PER_ROUND)  # the last round gained nothing: double the effort
         else:
-            n = min(math.ceil(missing * INITIAL_OVERSAMPLING), PILOT_CANDIDATES)
+            n = min(math.ceil(want * INITIAL_OVERSAMPLING), PILOT_CANDIDATES)
         plan[source] = max(MIN_CANDIDATES_PER_ROUND, n)
+    total = sum(plan.values())
+    if total > MAX_ROUND_CANDIDATES:
+        plan = {s: max(MIN_CANDIDATES_PER_ROUND, n * MAX_ROUND_CANDIDATES // total) for s, n in plan.items()}
     return plan
+
+
+def _write_jsonl_atomic(path: Path, records) -> None:
+    write_text_atomic(path, "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records))
+
+
+def _iter_jsonl(path: Path) -> Iterator[dict]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _merged(round_dirs: list[Path], spool: str, key: Callable, make: Callable) -> Iterator:
+    """The records of every round's sorted spool, in one sorted stream (a k-way merge: one record per round
+    in memory)."""
+    streams = [map(make, _iter_jsonl(d / spool)) for d in round_dirs]
+    return heapq.merge(*streams, key=key)
 
 
 def _run_round(specs, options, execution, seen_keys, round_dir: Path, beam_args: list[str]) -> None:
@@ -166,18 +193,20 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     execution = execution_config(
         options.device, options.runtime_window_ms, options.timeout_s, options.compile_check, options.workers
     )
-    accepted: dict[str, list[Candidate]] = {s: [] for s in quota}
-    rejections: list[Rejection] = []
+    selector = Selector(quota)
+    dropped: Counter = Counter()  # (stage, reason) -> rejections
+    accepted_total = 0
     tried: Counter = Counter()
     seen_keys: set[str] = set()
     rounds: list[dict] = []
+    round_dirs: list[Path] = []
     started = time.monotonic()
-    selected, skipped = select(accepted, quota)
     last_round: dict[str, tuple[int, int]] = {}
-    for r in range(MAX_ROUNDS):
-        plan = _plan_round(quota, selected, tried, last_round)
-        if not plan:
+    idle = 0
+    while plan := _plan_round(selector.missing(), tried, last_round):
+        if idle >= MAX_IDLE_ROUNDS:
             break
+        r = len(rounds)
         specs = [
             CandidateSpec(s, i, candidate_seed(options.seed, s, i))
             for s, n in plan.items()
@@ -195,15 +224,19 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
             raise OpsynthError(
                 f"round {r} accounts for {len(new_accepted) + len(new_rejected)} of {len(specs)} candidates"
             )
-        for c in new_accepted:
-            accepted[c.data_source].append(c)
-            seen_keys.add(c.dedup_key)
+        seen_keys.update(c.dedup_key for c in new_accepted)
         seen_keys.update(x.candidate.dedup_key for x in new_rejected if x.stage == "execute")
-        rejections.extend(new_rejected)
         tried.update(plan)
-        before = {s: len(rows) for s, rows in selected.items()}
-        selected, skipped = select(accepted, quota)
-        last_round = {s: (n, len(selected[s]) - before[s]) for s, n in plan.items()}
+        chosen, skipped = selector.admit(new_accepted)
+        rejections = sorted([*new_rejected, *skipped], key=lambda x: x.candidate.order)
+        _write_jsonl_atomic(round_dir / SELECTED_SPOOL, sorted(chosen, key=lambda c: c.id))
+        _write_jsonl_atomic(round_dir / REJECTED_SPOOL, rejections)
+        round_dirs.append(round_dir)
+        gained = Counter(c.data_source for c in chosen)
+        last_round = {s: (n, gained[s]) for s, n in plan.items()}
+        idle = 0 if chosen else idle + 1
+        accepted_total += len(new_accepted)
+        dropped.update((x.stage, x.reason) for x in rejections)
         rounds.append(
             {
                 "round": r,
@@ -217,42 +250,42 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         log(
             f"round {r}: {len(new_accepted)} accepted, {len(new_rejected)} rejected" + (" (resumed)" if resumed else "")
         )
-    short = {s: quota[s] - len(selected[s]) for s in quota if len(selected[s]) < quota[s]}
+        del new_accepted, new_rejected, chosen, skipped, rejections
+    short = selector.missing()
     if short:
-        reasons = ", ".join(f"{reason} {n}" for reason, n in Counter(x.reason for x in rejections).most_common(3))
+        reasons = ", ".join(f"{reason} {n}" for (_, reason), n in dropped.most_common(3))
         missing = ", ".join(f"{n} {source}" for source, n in short.items())
         raise OpsynthError(
-            f"after {MAX_ROUNDS} rounds still missing {missing} rows (most rejections: {reasons}); "
-            "widen --runtime-window-ms or change --mixture"
+            f"after {len(rounds)} rounds ({MAX_IDLE_ROUNDS} in a row adding no row) still missing {missing} rows "
+            f"(most rejections: {reasons}); widen --runtime-window-ms or change --mixture"
         )
 
-    rejections.extend(skipped)
-    rows = sorted((c for source_rows in selected.values() for c in source_rows), key=lambda c: c.id)
     version = generator_version()
-    task_rows = [task_row(c, version) for c in rows]
+    figure_data = FigureData()
+    task_rows = (
+        figure_data.add(task_row(c, version))
+        for c in _merged(round_dirs, SELECTED_SPOOL, lambda c: c.id, Candidate.from_json)
+    )
     task_shards = write_shards(task_rows, TASK_SCHEMA, out / "data", "train", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS)
-    rejected_sorted = sorted(rejections, key=lambda x: x.candidate.order)
+    rejected_rows = (
+        rejected_row(x) for x in _merged(round_dirs, REJECTED_SPOOL, lambda x: x.candidate.order, Rejection.from_json)
+    )
     rejected_shards = write_shards(
-        [rejected_row(x) for x in rejected_sorted],
-        REJECTED_SCHEMA,
-        out / "rejected",
-        "rejected",
-        MAX_ROWS_PER_SHARD,
-        ROW_GROUP_ROWS,
+        rejected_rows, REJECTED_SCHEMA, out / "rejected", "rejected", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS
     )
     stats = build_stats(
         options=options,
         quota=quota,
-        selected=rows,
-        accepted_total=sum(len(v) for v in accepted.values()),
-        rejections=rejections,
+        rows_per_source=selector.rows,
+        accepted_total=accepted_total,
+        dropped=dropped,
         rounds=rounds,
         wall_s=time.monotonic() - started,
         device=device_name(options.device),
         generator_version=version,
     )
-    write_figures(out, task_rows, stats)
+    write_figures(out, figure_data, stats)
     write_card(out / "README.md", stats, {"default": split_info(task_shards), "rejected": split_info(rejected_shards)})
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=2, sort_keys=True))
-    log(f"wrote {len(rows)} rows to {out / 'data'}; funnel and settings in {out / 'stats.json'}")
-    return RunResult(out, len(rows), stats)
+    log(f"wrote {stats['counts']['rows']} rows to {out / 'data'}; funnel and settings in {out / 'stats.json'}")
+    return RunResult(out, stats["counts"]["rows"], stats)

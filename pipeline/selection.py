@@ -1,14 +1,15 @@
 """Selection: exactly the quota of each data source, taken from the accepted candidates in index order.
 
-Near-duplicates of earlier rows and rows past the cap of their operator graph are skipped (reason
-`duplicate`, stage `select`); transformers rows, variants of one class by design, are exempt. Because the walk
-is in index order and later rounds only add higher indices, the selection depends on the seed alone, not on
-how the run was split into rounds.
+Near-duplicates of earlier rows of the same data source and rows past the cap of their operator graph are
+skipped (reason `duplicate`, stage `select`); transformers rows, variants of one class by design, are exempt.
+Because the walk is in index order and later rounds only add higher indices, the selection depends on the seed
+alone, not on how the run was split into rounds.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from filters.dedup import WithinSetFilter
 from filters.reasons import DUPLICATE
@@ -26,26 +27,60 @@ def rows_per_graph(source: str, quota: int) -> int:
     return max(MAX_ROWS_PER_OP_GRAPH, math.ceil(2 * quota / lists))
 
 
+class Selector:
+    """Admits accepted candidates round by round: per data source in index order, up to its quota.
+
+    Each round's candidates come after every earlier round's in their source's index order, so admitting them
+    round by round selects what one walk over all of them would. Near-duplicates are looked for within a data
+    source (chains of different lengths are not near-duplicates of each other). It keeps, per admitted row,
+    the MinHash signature and the operator-graph count, never the code."""
+
+    def __init__(self, quota: dict[str, int]):
+        self.quota = quota
+        self.filters = {s: WithinSetFilter(NEAR_DUPLICATE_JACCARD) for s in quota}
+        self.rows: Counter = Counter()
+        self.last_index: dict[str, int] = {}
+
+    def missing(self) -> dict[str, int]:
+        return {s: n - self.rows[s] for s, n in self.quota.items() if self.rows[s] < n}
+
+    def admit(self, candidates: list[Candidate]) -> tuple[list[Candidate], list[Rejection]]:
+        """(the candidates selected, those skipped as duplicates); the others were not needed."""
+        chosen: list[Candidate] = []
+        skipped: list[Rejection] = []
+        for source in DATA_SOURCES:
+            batch = sorted((c for c in candidates if c.data_source == source), key=lambda c: c.index)
+            if not batch:
+                continue
+            if batch[0].index <= self.last_index.get(source, -1):
+                raise ValueError(f"{source}: candidates must come in index order, round after round")
+            self.last_index[source] = batch[-1].index
+            for candidate in batch:
+                if self.rows[source] >= self.quota.get(source, 0):
+                    break
+                # A transformers task's variants share the inlined class by construction (the released set's
+                # `Class_N` rows); only exact duplicates, dropped before execution, apply to them.
+                why = (
+                    None
+                    if source == "transformers"
+                    else self.filters[source].admit(
+                        candidate.id, candidate.code, candidate.ops, rows_per_graph(source, self.quota[source])
+                    )
+                )
+                if why is None:
+                    chosen.append(candidate)
+                    self.rows[source] += 1
+                else:
+                    skipped.append(Rejection(candidate, DUPLICATE, "select", why))
+        return chosen, skipped
+
+
 def select(
     accepted: dict[str, list[Candidate]], quota: dict[str, int]
 ) -> tuple[dict[str, list[Candidate]], list[Rejection]]:
-    """(rows per data source, candidates skipped as duplicates on the way)."""
-    within = WithinSetFilter(NEAR_DUPLICATE_JACCARD)
+    """(rows per data source, candidates skipped as duplicates on the way), in one walk."""
+    chosen, skipped = Selector(quota).admit([c for rows in accepted.values() for c in rows])
     selected: dict[str, list[Candidate]] = {s: [] for s in quota}
-    skipped: list[Rejection] = []
-    for source in DATA_SOURCES:
-        for candidate in sorted(accepted.get(source, []), key=lambda c: c.index):
-            if len(selected[source]) >= quota.get(source, 0):
-                break
-            # A transformers task's variants share the inlined class by construction (the released set's
-            # `Class_N` rows); only exact duplicates, dropped before execution, apply to them.
-            why = (
-                None
-                if source == "transformers"
-                else within.admit(candidate.id, candidate.code, candidate.ops, rows_per_graph(source, quota[source]))
-            )
-            if why is None:
-                selected[source].append(candidate)
-            else:
-                skipped.append(Rejection(candidate, DUPLICATE, "select", why))
+    for c in chosen:
+        selected[c.data_source].append(c)
     return selected, skipped

@@ -93,3 +93,19 @@ def test_two_folders_of_the_same_name_do_not_share_a_datasets_cache(tmp_path):
         write_text_atomic(folder / "README.md", card)
         lengths.append(len(load_dataset(str(folder), split="train")))
     assert lengths == [3, 7]
+
+
+def test_rows_stream_one_shard_at_a_time(tmp_path):
+    # Rows come from a generator; by the time row 12 is made, the first 10 are already on disk.
+    seen_on_disk = []
+
+    def rows():
+        for i, row in enumerate(_rows(25)):
+            if i == 11:
+                seen_on_disk.append(len(list(tmp_path.glob(".tmp-train-*.parquet"))))
+            yield row
+
+    paths = write_shards(rows(), TASK_SCHEMA, tmp_path, "train", max_rows=10, row_group_rows=4)
+    assert seen_on_disk == [1]
+    assert [p.name for p in paths] == [shard_name("train", i, 3) for i in range(3)]
+    assert not list(tmp_path.glob(".tmp-*"))

@@ -44,10 +44,22 @@ def test_rounds_are_planned_from_the_last_rounds_yield():
 
     from pipeline.run import _plan_round
 
-    quota = {"torch#1": 100, "torch#2": 0}
-    selected = {"torch#1": [None] * 80, "torch#2": []}
+    missing = {"torch#1": 20}
     # The run so far: 200 made for 80 rows (40 %), but the last round: 100 made for 10 rows (10 %).
-    plan = _plan_round(quota, selected, Counter({"torch#1": 200}), {"torch#1": (100, 10)})
+    plan = _plan_round(missing, Counter({"torch#1": 200}), {"torch#1": (100, 10)})
     assert plan == {"torch#1": 230}  # 20 missing / 10 % x 1.15
-    assert _plan_round(quota, selected, Counter({"torch#1": 200}), {"torch#1": (30, 0)}) == {"torch#1": 60}
-    assert _plan_round(quota, {"torch#1": [], "torch#2": []}, Counter(), {}) == {"torch#1": 250}
+    assert _plan_round(missing, Counter({"torch#1": 200}), {"torch#1": (30, 0)}) == {"torch#1": 60}
+    assert _plan_round({"torch#1": 100}, Counter(), {}) == {"torch#1": 250}
+
+
+def test_a_round_never_exceeds_the_candidate_cap():
+    from collections import Counter
+
+    from pipeline.config import MAX_ROUND_CANDIDATES
+    from pipeline.run import _plan_round
+
+    # 600,000 rows at a 50 % yield would ask for 1.4 M candidates in one round.
+    plan = _plan_round({"torch#1": 20_400, "torch#2": 502_620}, Counter({"torch#1": 10, "torch#2": 10}),
+                       {"torch#1": (10, 5), "torch#2": (10, 5)})  # fmt: skip
+    assert sum(plan.values()) <= MAX_ROUND_CANDIDATES
+    assert plan["torch#2"] > 20 * plan["torch#1"]  # shares kept
