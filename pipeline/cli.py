@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     gen.add_argument("--out", required=True, help="output folder (new, empty, or an unfinished run to resume)")
+    gen.add_argument(
+        "--work-dir",
+        help="where rounds and checkpoints go, reachable by every Beam worker (gs://... on Dataflow; "
+        "default DIR/.opsynth)",
+    )
     gen.add_argument("--num-samples", type=int, help="rows in the dataset (default: the preset's)")
     gen.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
     gen.add_argument(
@@ -280,8 +285,14 @@ def cmd_generate(args, extra: list[str]) -> int:
     settings = _execution_settings(args)
     _load_kernelbench(settings["kernelbench"])  # fail fast: the workers load it from the spec
     batch_size = _positive("--batch-size", args.batch_size) or 4 * settings["workers"]
+    if "://" in args.out:
+        raise UsageError(
+            f"--out {args.out}: the dataset is written to a local or mounted folder; "
+            "put the workers' files on the object store with --work-dir instead"
+        )
     options = GenerateOptions(
         out=args.out,
+        work_dir=args.work_dir,
         num_samples=num_samples,
         seed=args.seed,
         preset=args.preset,

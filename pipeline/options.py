@@ -30,11 +30,13 @@ class GenerateOptions:
     timeout_s: float  # per-candidate execution limit
     workers: int  # execution worker processes
     batch_size: int  # candidates handed to the worker pool at once
+    work_dir: str | None = None  # round outputs and checkpoints, anywhere Beam can write (default DIR/.opsynth)
 
     def fingerprint(self) -> dict:
         """What must match for a run in an existing folder to resume it."""
         d = asdict(self)
         d.pop("out")
+        d.pop("work_dir")
         d["runtime_window_ms"] = list(self.runtime_window_ms)
         for volatile in ("workers", "batch_size", "timeout_s"):
             d.pop(volatile)

@@ -12,11 +12,9 @@ counts, and three numbers per row for the figures).
 
 from __future__ import annotations
 
-import glob
 import heapq
 import json
 import math
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -34,6 +32,7 @@ from outputs.figures import FigureData, write_figures
 from outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
 from outputs.shards import write_shards, write_text_atomic
 from outputs.stats import build_stats
+from pipeline import workfiles
 from pipeline.config import (
     INITIAL_OVERSAMPLING,
     MAX_IDLE_ROUNDS,
@@ -117,14 +116,6 @@ def prepare_output_dir(options: GenerateOptions) -> tuple[Path, bool]:
     return state, False
 
 
-def _read_jsonl(pattern: str) -> list[dict]:
-    rows = []
-    for path in sorted(glob.glob(pattern)):
-        with open(path, encoding="utf-8") as f:
-            rows.extend(json.loads(line) for line in f if line.strip())
-    return rows
-
-
 def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, tuple[int, int]]) -> dict[str, int]:
     """Candidates to make per data source: a bounded pilot first, then the missing rows over the yield of the
     last round (`last_round[source]` = candidates made, rows gained). The last round's yield, not the run's:
@@ -146,34 +137,22 @@ def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, t
     return plan
 
 
-def _write_jsonl_atomic(path: Path, records) -> None:
-    write_text_atomic(path, "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records))
-
-
-def _iter_jsonl(path: Path) -> Iterator[dict]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
-
-
-def _merged(round_dirs: list[Path], spool: str, key: Callable, make: Callable) -> Iterator:
+def _merged(round_dirs: list[str], spool: str, key: Callable, make: Callable) -> Iterator:
     """The records of every round's sorted spool, in one sorted stream (a k-way merge: one record per round
     in memory)."""
-    streams = [map(make, _iter_jsonl(d / spool)) for d in round_dirs]
+    streams = [map(make, workfiles.iter_jsonl(workfiles.join(d, spool))) for d in round_dirs]
     return heapq.merge(*streams, key=key)
 
 
-def _run_round(specs, options, execution, seen_keys, round_dir: Path, beam_args: list[str]) -> None:
-    if round_dir.exists():
-        shutil.rmtree(round_dir)  # an interrupted round is redone whole
-    round_dir.mkdir(parents=True)
+def _run_round(specs, options, execution, seen_keys, round_dir: str, work_root: str, beam_args: list[str]) -> None:
+    workfiles.delete(round_dir)  # an interrupted round is redone whole
+    workfiles.mkdirs(round_dir)
     p = beam.Pipeline(options=PipelineOptions(beam_args))
-    build_round(p, specs, options, execution, seen_keys, str(round_dir), str(round_dir.parent / PROGRESS_DIR))
+    build_round(p, specs, options, execution, seen_keys, round_dir, workfiles.join(work_root, PROGRESS_DIR))
     result = p.run()
     result.wait_until_finish()
-    write_text_atomic(round_dir / WORK_FILE, json.dumps(stage_work_seconds(result), sort_keys=True))
-    (round_dir / DONE_MARKER).write_text("")
+    workfiles.write_text(workfiles.join(round_dir, WORK_FILE), json.dumps(stage_work_seconds(result), sort_keys=True))
+    workfiles.write_text(workfiles.join(round_dir, DONE_MARKER), "")
 
 
 def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=print) -> RunResult:
@@ -185,6 +164,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         if n and not sampleable(kind):
             raise UsageError(f"the catalog has no {kind} entries to make {source} rows; drop it from --mixture")
     state, complete = prepare_output_dir(options)
+    work_root = options.work_dir or str(state)
     if complete:
         stats = json.loads((out / "stats.json").read_text())
         log(f"{out} already holds the finished dataset ({stats['counts']['rows']} rows); nothing to do")
@@ -199,7 +179,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     tried: Counter = Counter()
     seen_keys: set[str] = set()
     rounds: list[dict] = []
-    round_dirs: list[Path] = []
+    round_dirs: list[str] = []
     started = time.monotonic()
     last_round: dict[str, tuple[int, int]] = {}
     idle = 0
@@ -212,14 +192,15 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
             for s, n in plan.items()
             for i in range(tried[s], tried[s] + n)
         ]
-        round_dir = state / f"round-{r:05d}"
+        round_dir = workfiles.join(work_root, f"round-{r:05d}")
         t0 = time.monotonic()
-        resumed = (round_dir / DONE_MARKER).exists()
+        resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
         if not resumed:
             log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
-            _run_round(specs, options, execution, frozenset(seen_keys), round_dir, beam_args)
-        new_accepted = [Candidate.from_json(d) for d in _read_jsonl(str(round_dir / "accepted-*.jsonl"))]
-        new_rejected = [Rejection.from_json(d) for d in _read_jsonl(str(round_dir / "rejected-*.jsonl"))]
+            _run_round(specs, options, execution, frozenset(seen_keys), round_dir, work_root, beam_args)
+        records = workfiles.read_jsonl_glob
+        new_accepted = [Candidate.from_json(d) for d in records(workfiles.join(round_dir, "accepted-*.jsonl"))]
+        new_rejected = [Rejection.from_json(d) for d in records(workfiles.join(round_dir, "rejected-*.jsonl"))]
         if len(new_accepted) + len(new_rejected) != len(specs):
             raise OpsynthError(
                 f"round {r} accounts for {len(new_accepted) + len(new_rejected)} of {len(specs)} candidates"
@@ -229,8 +210,8 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         tried.update(plan)
         chosen, skipped = selector.admit(new_accepted)
         rejections = sorted([*new_rejected, *skipped], key=lambda x: x.candidate.order)
-        _write_jsonl_atomic(round_dir / SELECTED_SPOOL, sorted(chosen, key=lambda c: c.id))
-        _write_jsonl_atomic(round_dir / REJECTED_SPOOL, rejections)
+        workfiles.write_jsonl(workfiles.join(round_dir, SELECTED_SPOOL), sorted(chosen, key=lambda c: c.id))
+        workfiles.write_jsonl(workfiles.join(round_dir, REJECTED_SPOOL), rejections)
         round_dirs.append(round_dir)
         gained = Counter(c.data_source for c in chosen)
         last_round = {s: (n, gained[s]) for s, n in plan.items()}
@@ -243,7 +224,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
                 "candidates": len(specs),
                 "accepted": len(new_accepted),
                 "resumed": resumed,
-                "stage_work_s": json.loads((round_dir / WORK_FILE).read_text()),
+                "stage_work_s": json.loads(workfiles.read_text(workfiles.join(round_dir, WORK_FILE))),
                 "wall_s": round(time.monotonic() - t0, 3),
             }
         )

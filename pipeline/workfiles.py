@@ -1,0 +1,58 @@
+"""The run's work files (round outputs, spools, checkpoints) through Beam's FileSystems, so that the work
+folder can be anywhere the runner's workers can write: a local folder, a shared mount, or an object store such
+as `gs://`. Files are written whole under a temporary name and renamed, so none is ever seen half-written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+
+from apache_beam.io.filesystems import FileSystems
+
+join = FileSystems.join
+
+
+def exists(path: str) -> bool:
+    return FileSystems.exists(path)
+
+
+def mkdirs(path: str) -> None:
+    if not FileSystems.exists(path):
+        FileSystems.mkdirs(path)
+
+
+def delete(path: str) -> None:
+    """Remove a file or a folder and everything under it, if present."""
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+
+
+def write_text(path: str, text: str) -> None:
+    directory, name = FileSystems.split(path)
+    tmp = join(directory, f".tmp-{name}")
+    with FileSystems.create(tmp) as f:
+        f.write(text.encode("utf-8"))
+    FileSystems.rename([tmp], [path])
+
+
+def read_text(path: str) -> str:
+    with FileSystems.open(path) as f:
+        return f.read().decode("utf-8")
+
+
+def write_jsonl(path: str, records: Iterable) -> None:
+    """Records with `to_json()`, one JSON object per line."""
+    write_text(path, "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records))
+
+
+def iter_jsonl(path: str) -> Iterator[dict]:
+    with FileSystems.open(path) as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def read_jsonl_glob(pattern: str) -> list[dict]:
+    """Every line of every file matching `pattern`, files in name order."""
+    matches = FileSystems.match([pattern])[0].metadata_list
+    return [row for path in sorted(m.path for m in matches) for row in iter_jsonl(path)]
