@@ -213,10 +213,19 @@ def _positive(name: str, value, kind=int):
     return value
 
 
-def _execution_settings(args) -> dict:
+def _execution_settings(args, remote: bool = False) -> dict:
+    """The execution options; `remote` when a distributed runner's workers, not this machine, run the tasks."""
     from pipeline.options import check_workload, parse_window
 
-    device = _resolve_device(args.device)
+    if remote:
+        if args.device not in ("cuda", "cpu"):
+            raise UsageError("--device: with a distributed --runner say where the workers run: cuda or cpu")
+        if args.workers is None:
+            raise UsageError("--workers: with a distributed --runner give the execution processes per Beam worker "
+                             "(2 per GPU of a worker machine is a good start)")  # fmt: skip
+        device = args.device
+    else:
+        device = _resolve_device(args.device)
     workload = check_workload(args.workload or ("gpu" if device == "cuda" else "tiny"))
     wl = WORKLOADS[workload]
     window = parse_window(args.runtime_window_ms) if args.runtime_window_ms else wl.runtime_window_ms
@@ -272,6 +281,17 @@ def _unknown_beam_args(extra: list[str]) -> list[str]:
     return unknown
 
 
+LOCAL_RUNNERS = {"directrunner", "direct", "prismrunner", "prism", "interactiverunner"}
+
+
+def _distributed_runner(extra: list[str]) -> str | None:
+    """The --runner among the Beam options when it runs the work on other machines (Dataflow, Flink, Spark)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    runner = PipelineOptions(extra).view_as(StandardOptions).runner
+    return runner if runner and runner.lower() not in LOCAL_RUNNERS else None
+
+
 def cmd_generate(args, extra: list[str]) -> int:
     from pipeline.options import GenerateOptions, check_preset, parse_mixture
     from pipeline.run import generate
@@ -282,7 +302,7 @@ def cmd_generate(args, extra: list[str]) -> int:
     preset = check_preset(args.preset)
     num_samples = _positive("--num-samples", args.num_samples) or preset["num_samples"]
     mixture = parse_mixture(args.mixture) if args.mixture is not None else dict(preset["mixture"])
-    settings = _execution_settings(args)
+    settings = _execution_settings(args, remote=_distributed_runner(extra) is not None)
     _load_kernelbench(settings["kernelbench"])  # fail fast: the workers load it from the spec
     batch_size = _positive("--batch-size", args.batch_size) or 4 * settings["workers"]
     if "://" in args.out:

@@ -41,6 +41,7 @@ GEN = ["generate", "--device", "cpu", "--workload", "tiny"]
         (["--runtime-window-ms", "1-100"], "--runtime-window-ms"),
         (["--mixture", "torch2=100%"], "--mixture"),
         (["--similarity-threshold", "-0.1"], "--similarity-threshold"),
+        (["--runner", "DataflowRunner"], "--workers"),  # a distributed runner needs the per-worker processes
     ],
 )
 def test_bad_generate_options_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, extra, needle):
@@ -50,6 +51,11 @@ def test_bad_generate_options_exit_2_with_one_line_and_write_nothing(tmp_path, c
     assert needle in stderr
     assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
     assert not out.exists()
+
+
+def test_an_object_store_out_is_refused_with_the_work_dir_hint(capsys):
+    code, _, stderr = _run(capsys, [*GEN, "--out", "gs://bucket/ops6k", "--num-samples", "2"])
+    assert code == 2 and "--work-dir" in stderr and len(stderr.strip().splitlines()) == 1
 
 
 def test_missing_out_and_missing_command_are_usage_errors(capsys):
