@@ -48,6 +48,8 @@ def build_round(
     seen_keys: frozenset[str],
     round_dir: str,
     progress_dir: str,
+    graph_caps: dict[str, int] | None = None,
+    graph_rows: dict[tuple[str, str], int] | None = None,
 ) -> None:
     workload = WORKLOADS[options.workload]
     composed = (
@@ -59,7 +61,7 @@ def build_round(
     clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
         options.kernelbench, options.similarity_threshold, options.jaccard_threshold
     )
-    unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(seen_keys)
+    unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(seen_keys, graph_caps, graph_rows)
     executed = unique[KEPT] | "ExecuteCandidates" >> ExecuteCandidates(
         execution, options.batch_size, workload, progress_dir, options.op_weights
     )

@@ -144,11 +144,16 @@ def _merged(round_dirs: list[str], spool: str, key: Callable, make: Callable) ->
     return heapq.merge(*streams, key=key)
 
 
-def _run_round(specs, options, execution, seen_keys, round_dir: str, work_root: str, beam_args: list[str]) -> None:
+def _run_round(
+    specs, options, execution, seen_keys, selector: Selector, round_dir: str, work_root: str, beam_args: list[str]
+) -> None:
     workfiles.delete(round_dir)  # an interrupted round is redone whole
     workfiles.mkdirs(round_dir)
     p = beam.Pipeline(options=PipelineOptions(beam_args))
-    build_round(p, specs, options, execution, seen_keys, round_dir, workfiles.join(work_root, PROGRESS_DIR))
+    progress = workfiles.join(work_root, PROGRESS_DIR)
+    build_round(
+        p, specs, options, execution, seen_keys, round_dir, progress, selector.graph_caps(), selector.graph_rows()
+    )
     result = p.run()
     result.wait_until_finish()
     workfiles.write_text(workfiles.join(round_dir, WORK_FILE), json.dumps(stage_work_seconds(result), sort_keys=True))
@@ -197,7 +202,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
         if not resumed:
             log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
-            _run_round(specs, options, execution, frozenset(seen_keys), round_dir, work_root, beam_args)
+            _run_round(specs, options, execution, frozenset(seen_keys), selector, round_dir, work_root, beam_args)
         records = workfiles.read_jsonl_glob
         new_accepted = [Candidate.from_json(d) for d in records(workfiles.join(round_dir, "accepted-*.jsonl"))]
         new_rejected = [Rejection.from_json(d) for d in records(workfiles.join(round_dir, "rejected-*.jsonl"))]

@@ -16,7 +16,7 @@ from apache_beam.pvalue import TaggedOutput
 
 from filters.calibration import run_calibrated
 from filters.decontamination import decontaminate, load_reference
-from filters.dedup import dedup_key, split_group
+from filters.dedup import dedup_key, op_graph_hash, split_group
 from filters.execution import ExecutionConfig
 from filters.reasons import DUPLICATE, SHAPE_ERROR, Verdict
 from filters.shape_check import check_shapes
@@ -197,20 +197,61 @@ class _DedupGroupFn(beam.DoFn):
             yield from route(c, Verdict(DUPLICATE, "same normalized code as an earlier candidate"), "dedup")
 
 
-class DedupWithinSet(beam.PTransform):
-    """Keep one candidate per normalized program, also across the run's earlier rounds (`seen_keys`)."""
+class _GraphRoomFn(beam.DoFn):
+    """Of the candidates sharing one operator graph, the lowest indices that selection could still take."""
 
-    def __init__(self, seen_keys: frozenset[str]):
+    def __init__(self, caps: dict[str, int], graph_rows: dict[tuple[str, str], int]):
+        self.caps = caps
+        self.graph_rows = graph_rows
+
+    def process(self, group: tuple[tuple[str, str], Iterable[Candidate]]) -> Iterator:
+        (source, graph), members = group
+        ordered = sorted(members, key=lambda c: c.index)
+        taken = self.graph_rows.get((source, graph), 0)
+        room = max(0, self.caps[source] - taken) if source in self.caps else len(ordered)
+        yield from ordered[:room]
+        for c in ordered[room:]:
+            why = f"operator graph at its cap of {self.caps[source]}: {taken} rows, {room} candidates ahead"
+            yield from route(c, Verdict(DUPLICATE, why), "dedup")
+
+
+def _graph_key(c: Candidate) -> tuple[tuple[str, str], Candidate]:
+    # Transformers variants share their class by design: each is its own group.
+    return ((c.data_source, c.id if c.data_source == "transformers" else op_graph_hash(c.ops)), c)
+
+
+class DedupWithinSet(beam.PTransform):
+    """Keep one candidate per normalized program, also across the run's earlier rounds (`seen_keys`); then, of
+    the candidates sharing an operator graph, only as many as the selection could still take (`caps` per data
+    source, less `graph_rows` already selected), so that no GPU time goes to rows the selection would skip."""
+
+    def __init__(
+        self,
+        seen_keys: frozenset[str],
+        caps: dict[str, int] | None = None,
+        graph_rows: dict[tuple[str, str], int] | None = None,
+    ):
         super().__init__()
         self.seen_keys = seen_keys
+        self.caps = caps or {}
+        self.graph_rows = graph_rows or {}
 
     def expand(self, candidates):
-        return (
+        unique = (
             candidates
             | "KeyByNormalizedCode" >> beam.Map(lambda c: (c.dedup_key, c))
             | "GroupByNormalizedCode" >> beam.GroupByKey()
             | "KeepFirstOfGroup" >> beam.ParDo(_DedupGroupFn(self.seen_keys)).with_outputs(REJECTED, main=KEPT)
         )
+        limited = (
+            unique[KEPT]
+            | "KeyByOperatorGraph" >> beam.Map(_graph_key)
+            | "GroupByOperatorGraph" >> beam.GroupByKey()
+            | "KeepWhatSelectionCanTake"
+            >> beam.ParDo(_GraphRoomFn(self.caps, self.graph_rows)).with_outputs(REJECTED, main=KEPT)
+        )
+        rejected = (unique[REJECTED], limited[REJECTED]) | "DedupRejections" >> beam.Flatten()
+        return {KEPT: limited[KEPT], REJECTED: rejected}
 
 
 class _ExecuteBatchFn(beam.DoFn):

@@ -43,3 +43,22 @@ def test_dedup_keeps_the_first_of_each_program_and_drops_keys_seen_before():
         assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([2, 7]))
         assert_that(out[REJECTED] | beam.Map(lambda r: (r.candidate.index, r.reason)),
                     equal_to([(5, "duplicate"), (9, "duplicate")]), label="rejected")  # fmt: skip
+
+
+def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_take():
+    from filters.dedup import op_graph_hash
+
+    relu = fixtures.GOOD.replace("torch.relu", "torch.sigmoid")
+    linear = [_candidate(4, fixtures.GOOD), _candidate(1, relu)]  # two programs, one graph: ("nn.Linear",)
+    other = Candidate("torch#2", 3, 3, ("nn.Linear", "torch.relu"), fixtures.CONSTANT, (), "k3")
+    graph = op_graph_hash(("nn.Linear",))
+    for rows, kept in ((0, [1, 3]), (1, [3])):  # none selected yet: the lowest index goes; at the cap: none
+        with BeamTestPipeline() as p:
+            out = (
+                p
+                | beam.Create([*linear, other])
+                | DedupWithinSet(frozenset(), {"torch#1": 1, "torch#2": 1}, {("torch#1", graph): rows})
+            )
+            assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to(kept))
+            assert_that(out[REJECTED] | beam.Map(lambda r: (r.reason, r.stage)),
+                        equal_to([("duplicate", "dedup")] * (3 - len(kept))), label="rejected")  # fmt: skip
