@@ -2,8 +2,10 @@
 
 Near-duplicates of earlier rows of the same data source and rows past the cap of their operator graph are
 skipped (reason `duplicate`, stage `select`); transformers rows, variants of one class by design, are exempt.
-Because the walk is in index order and later rounds only add higher indices, the selection depends on the seed
-alone, not on how the run was split into rounds.
+The walk is in index order and later rounds only add higher indices. The dedup stage sends a round only as
+many candidates per operator graph as the cap leaves, so which candidates reach the selection depends on the
+round plan too; that plan depends only on the seed and earlier rounds' verdicts, so a resumed or repeated run
+makes the same dataset.
 """
 
 from __future__ import annotations
