@@ -1,8 +1,9 @@
 """The run driver of `opsynth generate`: rounds of the Beam graph until every data source has its quota.
 
-Each round's outputs land under `DIR/.opsynth/round-NNNNN/` and are marked complete only after the round's
-pipeline finished, so a run started again with the same options resumes at the first incomplete round. The
-round plan depends only on earlier rounds' results, so a resumed run makes the same dataset.
+Each round's outputs land under `WORK/round-NNNNN/` (WORK is `--work-dir`, by default `DIR/.opsynth`) and are
+marked complete only after the round's pipeline finished, so a run started again with the same options resumes
+at the first incomplete round. The round plan depends only on earlier rounds' results, so a resumed run makes
+the same dataset.
 
 Memory is bounded by a round, not by the run: the driver reads one round's records at a time, selects from
 them, and spools the round's rows and rejections, sorted, beside its outputs; the final shards are a merge of
