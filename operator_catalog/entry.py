@@ -143,12 +143,26 @@ class SampleContext:
         return self.choice(self.workload.channels)
 
 
+def styled_call(
+    name: str,
+    style: str,
+    operands: tuple[Any, ...] = (X(),),
+    params: tuple[Any, ...] = (),
+    keywords: tuple[tuple[str, Any], ...] = (),
+) -> OpCall:
+    """One operator in module or function form: hyperparameters (`params`, `keywords`) go to the constructor of a
+    module and after the operands of a function (`nn.PixelShuffle(r)(x)` / `F.pixel_shuffle(x, r)`,
+    `nn.MSELoss(reduction='none')(x, y)` / `F.mse_loss(x, y, reduction='none')`)."""
+    if style == "module":
+        return OpCall(name=name, style="module", target=name, init_args=params, init_kwargs=keywords, args=operands)
+    values = tuple(p.value if isinstance(p, Hoisted) else p for p in params)
+    return OpCall(name=name, style="function", target=name, args=(*operands, *values), kwargs=keywords)
+
+
 def keyword_call(name: str, style: str, kwargs: tuple[tuple[str, Any], ...]) -> OpCall:
     """An operator whose hyperparameters are keywords: of the constructor for a module, of the call for a
     function (`nn.Softmax(dim=1)` / `F.softmax(x, dim=1)`)."""
-    if style == "module":
-        return OpCall(name=name, style="module", target=name, init_kwargs=kwargs)
-    return OpCall(name=name, style="function", target=name, kwargs=kwargs)
+    return styled_call(name, style, keywords=kwargs)
 
 
 Sampler = Callable[[SampleContext], OpCall]

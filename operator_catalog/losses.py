@@ -7,7 +7,17 @@ Losses keep per-element or per-sample values (`reduction='none'`) so that a chai
 
 from __future__ import annotations
 
-from operator_catalog.entry import Expr, Hoisted, OpCall, OpEntry, Operand, SampleContext, X, excluded_entry
+from operator_catalog.entry import (
+    Expr,
+    Hoisted,
+    OpCall,
+    OpEntry,
+    Operand,
+    SampleContext,
+    X,
+    excluded_entry,
+    styled_call,
+)
 
 FAMILY = "losses"
 RANKS = (2, 3, 4, 5)
@@ -22,11 +32,7 @@ def _pointwise(name: str, style: str, init: str = "randn", extra: tuple = ()):
     """Losses of two same-shaped tensors; `init` fills the target (`rand`: probabilities for BCE)."""
 
     def sample(ctx: SampleContext) -> OpCall:
-        if style == "module":
-            return OpCall(
-                name=name, style="module", target=name, init_kwargs=NONE + extra, args=(X(), _target(ctx, init))
-            )
-        return OpCall(name=name, style="function", target=name, args=(X(), _target(ctx, init)), kwargs=NONE + extra)
+        return styled_call(name, style, (X(), _target(ctx, init)), keywords=NONE + extra)
 
     return sample
 
@@ -45,10 +51,7 @@ def _class_index_loss(name: str, style: str):
     """NLL over dim 1 with class indices taken from the prediction itself (its arg-min class)."""
 
     def sample(ctx: SampleContext) -> OpCall:
-        args = (X(), Expr("{x}.argmin(dim=1)"))
-        if style == "module":
-            return OpCall(name=name, style="module", target=name, init_kwargs=NONE, args=args)
-        return OpCall(name=name, style="function", target=name, args=args, kwargs=NONE)
+        return styled_call(name, style, (X(), Expr("{x}.argmin(dim=1)")), keywords=NONE)
 
     return sample
 
@@ -69,10 +72,7 @@ def _multilabel_margin(name: str, style: str):
     every such task."""
 
     def sample(ctx: SampleContext) -> OpCall:
-        args = (X(), Expr("{x}.argsort(dim=1) // 2"))
-        if style == "module":
-            return OpCall(name=name, style="module", target=name, init_kwargs=NONE, args=args)
-        return OpCall(name=name, style="function", target=name, args=args, kwargs=NONE)
+        return styled_call(name, style, (X(), Expr("{x}.argsort(dim=1) // 2")), keywords=NONE)
 
     return sample
 

@@ -15,6 +15,7 @@ from operator_catalog.entry import (
     SampleContext,
     X,
     keyword_call,
+    styled_call,
 )
 
 FAMILY = "shape_ops"
@@ -77,43 +78,32 @@ def _flatten(ctx: SampleContext) -> OpCall:
     return OpCall(name="nn.Flatten", style="module", target="nn.Flatten")
 
 
-def _pixel_shuffle(name: str, style: str):
+def _factor_op(name: str, style: str, param: str, factors_of):
+    """Pixel (un)shuffles and channel shuffles: one integer factor that must divide some of x's dimensions."""
+
     def sample(ctx: SampleContext) -> OpCall:
-        factors = [r for r in (2, 3) if ctx.x.shape[1] % (r * r) == 0]
+        factors = factors_of(ctx.x.shape)
         if not factors:
-            raise NotApplicable(f"{name} needs channels divisible by r^2")
-        r = ctx.choice(factors)
-        if style == "module":
-            return OpCall(name=name, style="module", target=name, init_args=(Hoisted("upscale_factor", r),))
-        return OpCall(name=name, style="function", target=name, args=(X(), r))
+            raise NotApplicable(f"{name}: no factor divides the input's shape {ctx.x.shape}")
+        return styled_call(name, style, params=(Hoisted(param, ctx.choice(factors)),))
 
     return sample
+
+
+def _pixel_shuffle(name: str, style: str):
+    return _factor_op(name, style, "upscale_factor", lambda shape: [r for r in (2, 3) if shape[1] % (r * r) == 0])
 
 
 def _pixel_unshuffle(name: str, style: str):
-    def sample(ctx: SampleContext) -> OpCall:
-        factors = [r for r in (2, 3) if all(d % r == 0 for d in ctx.x.shape[2:])]
-        if not factors:
-            raise NotApplicable(f"{name} needs height and width divisible by r")
-        r = ctx.choice(factors)
-        if style == "module":
-            return OpCall(name=name, style="module", target=name, init_args=(Hoisted("downscale_factor", r),))
-        return OpCall(name=name, style="function", target=name, args=(X(), r))
-
-    return sample
+    return _factor_op(
+        name, style, "downscale_factor", lambda shape: [r for r in (2, 3) if all(d % r == 0 for d in shape[2:])]
+    )
 
 
 def _channel_shuffle(name: str, style: str):
-    def sample(ctx: SampleContext) -> OpCall:
-        groups = [g for g in (2, 3, 4, 8) if ctx.x.shape[1] % g == 0 and g < ctx.x.shape[1]]
-        if not groups:
-            raise NotApplicable(f"{name} needs channels divisible into groups")
-        g = ctx.choice(groups)
-        if style == "module":
-            return OpCall(name=name, style="module", target=name, init_args=(Hoisted("groups", g),))
-        return OpCall(name=name, style="function", target=name, args=(X(), g))
-
-    return sample
+    return _factor_op(
+        name, style, "groups", lambda shape: [g for g in (2, 3, 4, 8) if shape[1] % g == 0 and g < shape[1]]
+    )
 
 
 def _squeeze(ctx: SampleContext) -> OpCall:
