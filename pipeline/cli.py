@@ -185,6 +185,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="--execute: where to run (cpu: tiny tasks; cuda: gpu-workload tasks in its window)",
     )
 
+    cmp_ = sub.add_parser(
+        "compare",
+        help="report a generated folder beside CUDA-Agent-Ops-6K (Markdown and figures)",
+        epilog=(
+            "examples:\n  opsynth compare ops6k --out report\n"
+            "  opsynth compare ops6k --released ops6k_examples.parquet --released-report validate.jsonl --out report"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cmp_.add_argument("folder", help="the --out folder of a finished opsynth generate run")
+    cmp_.add_argument("--released", help="released rows (Parquet with ops, data_source, code) to compare inputs with")
+    cmp_.add_argument("--released-report", help="`opsynth validate --report` of those rows, for their eager times")
+    cmp_.add_argument("--out", required=True, help="folder for comparison.md and its figures")
+
     ref = sub.add_parser(
         "reference",
         help="build the embedded KernelBench fingerprint index",
@@ -457,6 +471,27 @@ def _execute_catalog(entries, device: str, compile_check: bool) -> int:
     return failures
 
 
+def cmd_compare(args) -> int:
+    from pathlib import Path
+
+    from outputs.compare import compare
+
+    folder = Path(args.folder)
+    if not (folder / "data").is_dir() or not list((folder / "data").glob("*.parquet")):
+        raise UsageError(f"{folder} is not a generated dataset folder (no data/*.parquet); give an --out of generate")
+    for flag, value in (("--released", args.released), ("--released-report", args.released_report)):
+        if value and not Path(value).exists():
+            raise UsageError(f"{flag} {value}: no such file")
+    path = compare(
+        folder,
+        Path(args.out),
+        Path(args.released) if args.released else None,
+        Path(args.released_report) if args.released_report else None,
+    )
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_reference(args) -> int:
     import importlib.resources
     from pathlib import Path
@@ -487,6 +522,8 @@ def run(argv: list[str]) -> int:
         return cmd_validate(args)
     if args.command == "catalog":
         return cmd_catalog(args)
+    if args.command == "compare":
+        return cmd_compare(args)
     if args.command == "similarity":
         return cmd_similarity(args)
     if args.command == "bench":

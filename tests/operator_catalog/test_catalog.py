@@ -44,6 +44,15 @@ def test_every_released_torch_name_is_an_entry_and_300_are_sampled(ops6k_vocabul
     assert sum(1 for e in torch_entries.values() if e.excluded is None) >= 300
 
 
+def test_ops6k_weights_cover_every_torch_entry(ops6k_vocabulary):
+    from operator_catalog.weights import OPS6K_COUNTS
+
+    with open(ops6k_vocabulary) as f:
+        counts = {row["op"]: int(row["count_in_ops6k"]) for row in csv.DictReader(f, delimiter="\t")}
+    assert counts == OPS6K_COUNTS  # no entry is drawn with a default weight
+    assert {e.name for e in all_entries() if e.kind == "torch"} == set(OPS6K_COUNTS)
+
+
 def test_excluded_entries_say_why_and_are_never_drawn():
     from operator_catalog.registry import sampleable
 
