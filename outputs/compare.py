@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from operator_catalog.faithfulness import ops_faithful
 from operator_catalog.weights import OPS6K_COUNTS
 from outputs.shards import write_text_atomic
+from outputs.stats import STAGES
 from pipeline.config import AST_SIMILARITY_THRESHOLD, OPS6K_MIXTURE
 
 # Measured on the released set's 6,000 rows: distinct ordered `ops` lists over rows.
@@ -236,7 +237,8 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
     # Funnel.
     if stats.get("funnel"):
         md += ["## Funnel", "", "| stage | in | kept | dropped |", "| --- | --- | --- | --- |"]
-        for stage, f in stats["funnel"].items():
+        for stage in (s for s in STAGES if s in stats["funnel"]):
+            f = stats["funnel"][stage]
             dropped = ", ".join(f"{k} {v:,}" for k, v in f["dropped"].items()) or "-"
             md.append(f"| {stage} | {f['in']:,} | {f['kept']:,} | {dropped} |")
         md += ["", f"Wall time {stats['timings_s']['total']:.0f} s over {len(stats.get('rounds', []))} rounds.", ""]

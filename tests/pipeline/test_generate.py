@@ -137,3 +137,20 @@ def test_transformers_rows_are_standalone_tasks(tmp_path):
         task = load_task(row["code"])
         with torch.no_grad():
             task.model_class(*task.get_init_inputs()).eval()(*task.get_inputs())
+
+
+def test_compare_reports_the_folder_beside_the_released_set(generated, ops6k_examples, tmp_path, capsys):
+    report = tmp_path / "validate.jsonl"
+    report.write_text(json.dumps({"verdict": "keep", "eager_ms": 2.0, "kb_ast_similarity": 0.3}) + "\n")
+    out = tmp_path / "report"
+    argv = ["compare", str(generated), "--released", str(ops6k_examples), "--released-report", str(report),
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    text = (out / "comparison.md").read_text()
+    assert "| torch#2 | 20 | 83.33 % | 5,026 | 83.77 % |" in text  # this set's mixture beside the released one
+    assert "24 of 24 torch rows (100.0 %)" in text  # every generated row's ops match its code
+    assert "The released examples, by the same check:" in text and "Spearman" in text
+    for name in ("top_operators", "eager_time", "kb_similarity"):
+        assert (out / "figures" / f"{name}.png").stat().st_size > 1000
+    assert main(["compare", str(tmp_path), "--out", str(out)]) == 2  # not a dataset folder
+    assert "not a generated dataset folder" in capsys.readouterr().err
