@@ -22,6 +22,7 @@ from operator_catalog.entry import (
     TensorSpec,
     Workload,
     apply_call,
+    build_module,
     operands_of,
     within_input_budget,
 )
@@ -123,6 +124,14 @@ def spec_of(t: torch.Tensor) -> TensorSpec:
     return TensorSpec(tuple(t.shape), dtype)
 
 
+def _parameter_count(call: OpCall) -> int:
+    """Elements of a module call's parameters and buffers (built on the active device: meta while composing);
+    a lazy module's are not shaped yet and count as none."""
+    module = build_module(call)
+    tensors = (*module.parameters(), *module.buffers())
+    return sum(t.numel() for t in tensors if not isinstance(t, torch.nn.parameter.UninitializedTensorMixin))
+
+
 def chain(entries: list[OpEntry], rng: random.Random, workload: Workload, batch_scale: float = 1.0) -> Composition:
     first = entries[0]
     spec = input_spec = sample_input(rng.choice(first.ranks), workload, rng, batch_scale)
@@ -141,6 +150,8 @@ def chain(entries: list[OpEntry], rng: random.Random, workload: Workload, batch_
             operands = {o: torch.empty(o.shape) for o in operands_of(call)}
             if any(math.prod(o.shape) > workload.max_elements for o in operands):
                 raise NotApplicable(f"{entry.name}: an operand exceeds the element budget")
+            if call.style == "module" and _parameter_count(call) > workload.max_elements:
+                raise NotApplicable(f"{entry.name}: its parameters exceed the element budget")
             if entry.output_shape is None:
                 out = apply_call(call, x, operands)
             else:  # meta cannot run it (data-dependent control flow): the entry states its output shape

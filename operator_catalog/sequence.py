@@ -30,6 +30,13 @@ def _recurrent(name: str):
     return sample
 
 
+def _scores_fit(ctx: SampleContext, batch: int, heads: int, seq: int, name: str) -> None:
+    """Attention holds a (batch, heads, seq, seq) score matrix that its output does not show; keep it within
+    the workload's element budget like every output."""
+    if batch * heads * seq * seq > ctx.workload.max_elements:
+        raise NotApplicable(f"{name}: a {seq}-long sequence makes {batch * heads * seq * seq:,} attention scores")
+
+
 def _heads(ctx: SampleContext, embed: int) -> int:
     heads = [h for h in (1, 2, 4, 8, 16) if embed % h == 0 and embed // h >= 8]
     if not heads:
@@ -38,12 +45,14 @@ def _heads(ctx: SampleContext, embed: int) -> int:
 
 
 def _multihead_attention(ctx: SampleContext) -> OpCall:
-    embed = ctx.x.shape[-1]
+    batch, seq, embed = ctx.x.shape
+    heads = _heads(ctx, embed)
+    _scores_fit(ctx, batch, heads, seq, "nn.MultiheadAttention")
     return OpCall(
         name="nn.MultiheadAttention",
         style="module",
         target="nn.MultiheadAttention",
-        init_args=(Hoisted("embed_dim", embed), Hoisted("num_heads", _heads(ctx, embed))),
+        init_args=(Hoisted("embed_dim", embed), Hoisted("num_heads", heads)),
         init_kwargs=(("batch_first", True),),
         args=(X(), X(), X()),
         kwargs=(("need_weights", False),),
@@ -52,6 +61,8 @@ def _multihead_attention(ctx: SampleContext) -> OpCall:
 
 
 def _sdpa(ctx: SampleContext) -> OpCall:
+    *lead, seq, _ = ctx.x.shape
+    _scores_fit(ctx, lead[0], lead[1] if len(lead) > 1 else 1, seq, "F.scaled_dot_product_attention")
     return OpCall(
         name="F.scaled_dot_product_attention",
         style="function",
@@ -63,8 +74,9 @@ def _sdpa(ctx: SampleContext) -> OpCall:
 
 def _mha_forward(ctx: SampleContext) -> OpCall:
     # The functional core of nn.MultiheadAttention on a (sequence, batch, embed) reading of x.
-    embed = ctx.x.shape[-1]
+    seq, batch, embed = ctx.x.shape
     heads = _heads(ctx, embed)
+    _scores_fit(ctx, batch, heads, seq, "F.multi_head_attention_forward")
     return OpCall(
         name="F.multi_head_attention_forward",
         style="function",

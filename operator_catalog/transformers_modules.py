@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import math
 import random
 import textwrap
 from collections.abc import Callable
@@ -175,17 +176,26 @@ def _heads(rng: random.Random, hidden: int) -> int:
     return rng.choice([h for h in (1, 2, 4, 8) if hidden % h == 0 and hidden // h >= 8] or [1])
 
 
+def _attention_tokens(wl: Workload, batch: int) -> int:
+    """The most tokens an attention module may see: its (batch, heads <= 8, tokens, tokens) scores, which its
+    output does not show, stay within the workload's element budget."""
+    return max(4, math.isqrt(wl.max_elements // (8 * batch)))
+
+
 def _tokens(rng: random.Random, wl: Workload, hidden: int, length: int | None = None) -> tuple[int, ...]:
-    """(batch, tokens, hidden); `length` fixes the token count where the module ties it to its config."""
+    """(batch, tokens, hidden) for attention; `length` fixes the token count where the module ties it to its
+    config."""
     if length is None:
-        return _sequence(rng, wl, hidden)
+        batch, tokens, _ = _sequence(rng, wl, hidden)
+        return (batch, min(tokens, _attention_tokens(wl, batch)), hidden)
     return within_input_budget((rng.choice(wl.batch_sizes), length, hidden), wl, fixed=(1, 2))
 
 
 def _grid(rng: random.Random, wl: Workload, hidden: int) -> tuple[int, ...]:
-    """(batch, height, width, hidden): channels-last patch grids of ViT-style attention."""
-    side = rng.choice(wl.spatial[4]) // 2
-    return within_input_budget((rng.choice(wl.batch_sizes), side, side, hidden), wl, fixed=(1, 2, 3))
+    """(batch, height, width, hidden): channels-last patch grids of ViT-style attention over all patches."""
+    batch = rng.choice(wl.batch_sizes)
+    side = min(rng.choice(wl.spatial[4]) // 2, math.isqrt(_attention_tokens(wl, batch)))
+    return within_input_budget((batch, side, side, hidden), wl, fixed=(1, 2, 3))
 
 
 def _small_image(rng: random.Random, wl: Workload, channels: int, divisor: int = 1) -> tuple[int, ...]:
