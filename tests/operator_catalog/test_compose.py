@@ -145,3 +145,28 @@ def test_a_stated_output_shape_matches_what_the_task_returns():
     with torch.no_grad():
         out = loaded.model_class(*loaded.get_init_inputs()).eval()(*loaded.get_inputs())
     assert tuple(out.shape) == comp.output.shape == (comp.input.shape[0],)
+
+
+def test_a_module_whose_parameters_exceed_the_budget_is_not_composed():
+    import dataclasses
+    import random
+
+    from operator_catalog.entry import NotApplicable
+
+    # Inputs of at most 64 elements, and no tensor of more than 256: any linear layer of the workload's sizes
+    # (16 to 64 outputs) on the input's features holds more weights than that.
+    small = dataclasses.replace(TINY, max_elements=256)
+    with pytest.raises(NotApplicable, match="parameters exceed"):
+        chain([get("nn.Linear")], random.Random(0), small)
+
+
+def test_attention_keeps_its_hidden_scores_within_the_budget():
+    import random
+
+    from operator_catalog.entry import NotApplicable, SampleContext, TensorSpec
+
+    entry = get("nn.MultiheadAttention")
+    ctx = SampleContext(TensorSpec((8, 512, 32)), random.Random(0), TINY)  # 8 x 512 x 512 scores > 262,144
+    with pytest.raises(NotApplicable, match="attention scores"):
+        entry.sample(ctx)
+    assert entry.sample(SampleContext(TensorSpec((8, 16, 32)), random.Random(0), TINY)).name == entry.name
