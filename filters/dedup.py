@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 import networkx as nx
-from datasketch import MinHash, MinHashLSH
+from datasketch import LeanMinHash, MinHash, MinHashLSH
 
 from filters.normalize import code_tokens, content_hash, normalize_code
 
@@ -76,7 +76,8 @@ class WithinSetFilter:
             similarity = signature.jaccard(self.signatures[other])
             if similarity >= self.jaccard_threshold:
                 return f"near-duplicate of {other} (MinHash Jaccard {similarity:.2f})"
-        self.lsh.insert(key, signature)
-        self.signatures[key] = signature
+        lean = LeanMinHash(signature)  # the hash values alone: a third of a MinHash's memory
+        self.lsh.insert(key, lean)
+        self.signatures[key] = lean
         self.graphs[graph] += 1
         return None
