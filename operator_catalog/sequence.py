@@ -11,8 +11,15 @@ from operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Oper
 FAMILY = "sequence"
 
 
+# Steps of a recurrence: the meta device unrolls it step by step (a few ms each, in composition and again in the
+# shape check), so longer sequences would dominate the CPU stages' time.
+MAX_RECURRENT_STEPS = 32
+
+
 def _recurrent(name: str):
     def sample(ctx: SampleContext) -> OpCall:
+        if ctx.x.shape[1] > MAX_RECURRENT_STEPS:
+            raise NotApplicable(f"{name}: {ctx.x.shape[1]} steps; at most {MAX_RECURRENT_STEPS} are sampled")
         features = ctx.x.shape[-1]
         hidden = ctx.choice(ctx.workload.features)
         kwargs: tuple = (("num_layers", ctx.choice((1, 2))), ("batch_first", True))
