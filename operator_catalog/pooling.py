@@ -10,12 +10,17 @@ from operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext
 FAMILY = "pooling"
 
 
+def _window(ctx: SampleContext, name: str) -> int:
+    """A pooling window of 2 or 3 that fits the input's smallest spatial extent."""
+    extent = min(ctx.x.shape[2:])
+    if extent < 2:
+        raise NotApplicable(f"{name} needs a spatial extent >= 2")
+    return ctx.choice([k for k in (2, 3) if k <= extent])
+
+
 def _pool(name: str, style: str):
     def sample(ctx: SampleContext) -> OpCall:
-        extent = min(ctx.x.shape[2:])
-        if extent < 2:
-            raise NotApplicable(f"{name} needs a spatial extent >= 2")
-        kernel = ctx.choice([k for k in (2, 3) if k <= extent])
+        kernel = _window(ctx, name)
         kwargs = (("kernel_size", kernel), ("stride", ctx.choice((kernel, 1))))
         return keyword_call(name, style, kwargs)
 
@@ -48,10 +53,7 @@ def _lp_pool(name: str, style: str):
     """Power-average pooling; p = 2 is the root of the mean square (times the window size)."""
 
     def sample(ctx: SampleContext) -> OpCall:
-        extent = min(ctx.x.shape[2:])
-        if extent < 2:
-            raise NotApplicable(f"{name} needs a spatial extent >= 2")
-        kernel = ctx.choice([k for k in (2, 3) if k <= extent])
+        kernel = _window(ctx, name)
         p = ctx.choice((1.0, 2.0))
         if style == "module":
             return OpCall(name=name, style="module", target=name, init_args=(p, kernel))
