@@ -34,7 +34,7 @@ def _softmax_like(name: str, style: str):
     """Softmax-style ops normalise along one dimension, chosen among the non-batch ones."""
 
     def sample(ctx: SampleContext) -> OpCall:
-        dim = ctx.rng.randrange(1, ctx.x.rank)
+        dim = ctx.non_batch_dim()
         return keyword_call(name, style, (("dim", dim),))
 
     return sample

@@ -142,6 +142,10 @@ class SampleContext:
     def out_channels(self) -> int:
         return self.choice(self.workload.channels)
 
+    def non_batch_dim(self) -> int:
+        """A dimension of x other than the batch (dim 0), uniformly."""
+        return self.rng.randrange(1, self.x.rank)
+
 
 def styled_call(
     name: str,

@@ -24,10 +24,6 @@ RANKS = (2, 3, 4, 5)
 DATA_DEPENDENT = "its output length depends on the values of its input, so the task has no fixed output shape"
 
 
-def _dim(ctx: SampleContext) -> int:
-    return ctx.rng.randrange(1, ctx.x.rank)
-
-
 def _indices(ctx: SampleContext, size: int, unique: bool) -> list[int]:
     k = ctx.rng.randint(1, min(size, 16))
     if unique:
@@ -36,7 +32,7 @@ def _indices(ctx: SampleContext, size: int, unique: bool) -> list[int]:
 
 
 def _index_select(ctx: SampleContext) -> OpCall:
-    dim = _dim(ctx)
+    dim = ctx.non_batch_dim()
     index = _indices(ctx, ctx.x.shape[dim], unique=False)
     return OpCall(
         name="torch.index_select",
@@ -48,7 +44,7 @@ def _index_select(ctx: SampleContext) -> OpCall:
 
 def _index_copy(ctx: SampleContext) -> OpCall:
     # Copies rows of a scaled x into distinct positions of x along dim.
-    dim = _dim(ctx)
+    dim = ctx.non_batch_dim()
     index = _indices(ctx, ctx.x.shape[dim], unique=True)
     source = f"{{x}}.narrow({dim}, 0, {len(index)}) * 2.0"
     return OpCall(
@@ -60,7 +56,7 @@ def _index_copy(ctx: SampleContext) -> OpCall:
 
 
 def _gather(ctx: SampleContext) -> OpCall:
-    dim = _dim(ctx)
+    dim = ctx.non_batch_dim()
     k = ctx.rng.randint(1, max(1, ctx.x.shape[dim] // 2))
     return OpCall(
         name="torch.gather",
@@ -71,7 +67,7 @@ def _gather(ctx: SampleContext) -> OpCall:
 
 
 def _scatter(ctx: SampleContext) -> OpCall:
-    dim = _dim(ctx)
+    dim = ctx.non_batch_dim()
     return OpCall(
         name="torch.scatter",
         style="function",
@@ -134,7 +130,7 @@ def _split(name: str):
 
 
 def _unbind(ctx: SampleContext) -> OpCall:
-    dim = _dim(ctx)
+    dim = ctx.non_batch_dim()
     return OpCall(
         name="torch.unbind",
         style="function",
@@ -146,7 +142,7 @@ def _unbind(ctx: SampleContext) -> OpCall:
 
 def _sort(name: str):
     def sample(ctx: SampleContext) -> OpCall:
-        kwargs = (("dim", _dim(ctx)), ("descending", ctx.rng.random() < 0.5))
+        kwargs = (("dim", ctx.non_batch_dim()), ("descending", ctx.rng.random() < 0.5))
         return OpCall(
             name=name, style="function", target=name, kwargs=kwargs, output_index=0 if name == "torch.sort" else None
         )
@@ -155,7 +151,7 @@ def _sort(name: str):
 
 
 def _topk(ctx: SampleContext) -> OpCall:
-    dim = _dim(ctx)
+    dim = ctx.non_batch_dim()
     k = ctx.rng.randint(1, max(1, min(ctx.x.shape[dim] // 2, 64)))
     return OpCall(
         name="torch.topk", style="function", target="torch.topk", args=(X(), k), kwargs=(("dim", dim),), output_index=0

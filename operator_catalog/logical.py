@@ -14,10 +14,6 @@ FAMILY = "logical"
 RANKS = (2, 3, 4, 5)
 
 
-def _dim(ctx: SampleContext) -> int:
-    return ctx.rng.randrange(1, ctx.x.rank)
-
-
 def _compare(name: str):
     """x against a learnable per-feature threshold, or a rounded x against a small integer (`eq`, `ne`)."""
 
@@ -97,7 +93,7 @@ def _count_nonzero(ctx: SampleContext) -> OpCall:
         style="function",
         target="torch.count_nonzero",
         args=(Expr("{x}.round()"),),
-        kwargs=(("dim", _dim(ctx)),),
+        kwargs=(("dim", ctx.non_batch_dim()),),
     )
 
 

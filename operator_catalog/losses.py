@@ -98,7 +98,7 @@ def _cosine_similarity(ctx: SampleContext) -> OpCall:
         style="function",
         target="F.cosine_similarity",
         args=(X(), Operand("input", ctx.x.shape, "y")),
-        kwargs=(("dim", ctx.rng.randrange(1, ctx.x.rank)),),
+        kwargs=(("dim", ctx.non_batch_dim()),),
     )
 
 

@@ -76,7 +76,7 @@ def _normalize(ctx: SampleContext) -> OpCall:
         name="F.normalize",
         style="function",
         target="F.normalize",
-        kwargs=(("p", 2.0), ("dim", ctx.rng.randrange(1, ctx.x.rank))),
+        kwargs=(("p", 2.0), ("dim", ctx.non_batch_dim())),
     )
 
 

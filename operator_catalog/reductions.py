@@ -12,13 +12,9 @@ FAMILY = "reductions"
 RANKS = (2, 3, 4, 5)
 
 
-def _dim(ctx: SampleContext) -> int:
-    return ctx.rng.randrange(1, ctx.x.rank)
-
-
 def _reduce(name: str, keepdim: bool = True, values_of_tuple: bool = False, extra: tuple = ()):
     def sample(ctx: SampleContext) -> OpCall:
-        kwargs = [("dim", _dim(ctx))]
+        kwargs = [("dim", ctx.non_batch_dim())]
         if keepdim:
             kwargs.append(("keepdim", ctx.rng.random() < 0.5))
         return OpCall(

@@ -14,7 +14,7 @@ def _scan(name: str, values_of_tuple: bool = False):
             name=name,
             style="function",
             target=name,
-            kwargs=(("dim", ctx.rng.randrange(1, ctx.x.rank)),),
+            kwargs=(("dim", ctx.non_batch_dim()),),
             output_index=0 if values_of_tuple else None,
         )
 

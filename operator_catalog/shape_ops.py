@@ -22,12 +22,8 @@ FAMILY = "shape_ops"
 RANKS = (2, 3, 4, 5)
 
 
-def _dim(ctx: SampleContext) -> int:
-    return ctx.rng.randrange(1, ctx.x.rank)
-
-
 def _flip(ctx: SampleContext) -> OpCall:
-    return OpCall(name="torch.flip", style="function", target="torch.flip", kwargs=(("dims", [_dim(ctx)]),))
+    return OpCall(name="torch.flip", style="function", target="torch.flip", kwargs=(("dims", [ctx.non_batch_dim()]),))
 
 
 def _transpose(ctx: SampleContext) -> OpCall:
@@ -46,7 +42,7 @@ def _permute(ctx: SampleContext) -> OpCall:
 
 
 def _roll(ctx: SampleContext) -> OpCall:
-    dim = _dim(ctx)
+    dim = ctx.non_batch_dim()
     shift = ctx.rng.randrange(1, max(2, ctx.x.shape[dim]))
     return OpCall(name="torch.roll", style="function", target="torch.roll", kwargs=(("shifts", shift), ("dims", dim)))
 
@@ -62,7 +58,7 @@ def _join(name: str):
     """torch.cat / torch.stack of x with a second forward input of the same shape."""
 
     def sample(ctx: SampleContext) -> OpCall:
-        dim = _dim(ctx)
+        dim = ctx.non_batch_dim()
         return OpCall(
             name=name,
             style="function",
@@ -223,7 +219,7 @@ def _repeat_interleave(ctx: SampleContext) -> OpCall:
         name="torch.repeat_interleave",
         style="function",
         target="torch.repeat_interleave",
-        kwargs=(("repeats", 2), ("dim", _dim(ctx))),
+        kwargs=(("repeats", 2), ("dim", ctx.non_batch_dim())),
     )
 
 
