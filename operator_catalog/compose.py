@@ -124,10 +124,8 @@ def spec_of(t: torch.Tensor) -> TensorSpec:
     return TensorSpec(tuple(t.shape), dtype)
 
 
-def _parameter_count(call: OpCall) -> int:
-    """Elements of a module call's parameters and buffers (built on the active device: meta while composing);
-    a lazy module's are not shaped yet and count as none."""
-    module = build_module(call)
+def _parameter_count(module: torch.nn.Module) -> int:
+    """Elements of a module's parameters and buffers; a lazy module's are not shaped yet and count as none."""
     tensors = (*module.parameters(), *module.buffers())
     return sum(t.numel() for t in tensors if not isinstance(t, torch.nn.parameter.UninitializedTensorMixin))
 
@@ -150,10 +148,12 @@ def chain(entries: list[OpEntry], rng: random.Random, workload: Workload, batch_
             operands = {o: torch.empty(o.shape) for o in operands_of(call)}
             if any(math.prod(o.shape) > workload.max_elements for o in operands):
                 raise NotApplicable(f"{entry.name}: an operand exceeds the element budget")
-            if call.style == "module" and _parameter_count(call) > workload.max_elements:
+            # Built once (on meta): its parameters are budgeted like every tensor, then it runs.
+            module = build_module(call) if call.style == "module" else None
+            if module is not None and _parameter_count(module) > workload.max_elements:
                 raise NotApplicable(f"{entry.name}: its parameters exceed the element budget")
             if entry.output_shape is None:
-                out = apply_call(call, x, operands)
+                out = apply_call(call, x, operands, module)
             else:  # meta cannot run it (data-dependent control flow): the entry states its output shape
                 out = torch.empty(entry.output_shape(call, spec))
             if not isinstance(out, torch.Tensor) or out.numel() == 0 or (out.dim() == 0 and not entry.terminal):

@@ -267,8 +267,11 @@ def build_module(call: OpCall) -> nn.Module:
     return cls(*(literal(a) for a in call.init_args), **dict(call.init_kwargs))
 
 
-def apply_call(call: OpCall, x: torch.Tensor, operands: dict[Operand, torch.Tensor]) -> torch.Tensor:
-    """Run one call on `x`; operand tensors are looked up by their `Operand` record."""
+def apply_call(
+    call: OpCall, x: torch.Tensor, operands: dict[Operand, torch.Tensor], module: nn.Module | None = None
+) -> torch.Tensor:
+    """Run one call on `x`; operand tensors are looked up by their `Operand` record. A `module`-style call runs
+    `module` when given (already built from the call), else builds it."""
 
     def bind(value: Any) -> Any:
         if isinstance(value, X):
@@ -286,7 +289,7 @@ def apply_call(call: OpCall, x: torch.Tensor, operands: dict[Operand, torch.Tens
     args = [bind(a) for a in call.args]
     kwargs = {k: bind(v) for k, v in call.kwargs}
     if call.style == "module":
-        out = build_module(call)(*args, **kwargs)
+        out = (module if module is not None else build_module(call))(*args, **kwargs)
     elif call.style == "function":
         out = resolve(call.target)(*args, **kwargs)
     else:
