@@ -10,16 +10,17 @@ KernelBench similarity.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from matplotlib.figure import Figure
 
 from operator_catalog.faithfulness import ops_faithful
 from operator_catalog.weights import OPS6K_COUNTS
+from outputs.figures import axes, log_bins, save
 from outputs.shards import write_text_atomic
 from outputs.stats import STAGES
 from pipeline.config import AST_SIMILARITY_THRESHOLD, OPS6K_MIXTURE
@@ -75,8 +76,7 @@ def _input_elements(code: str) -> int | None:
 
 
 def _bar_compare(path: Path, labels: list[str], ours: list[float], theirs: list[float], title: str, ylabel: str):
-    fig = Figure(figsize=(7, 3.4))
-    ax = fig.subplots()
+    fig, ax = axes(7, 3.4)
     x = range(len(labels))
     ax.bar([i - 0.2 for i in x], ours, width=0.4, label="this set", color="#4C72B0")
     ax.bar([i + 0.2 for i in x], theirs, width=0.4, label="CUDA-Agent-Ops-6K", color="#DD8452")
@@ -84,12 +84,11 @@ def _bar_compare(path: Path, labels: list[str], ours: list[float], theirs: list[
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    save(fig, path)
 
 
 def _hist_compare(path: Path, ours: list[float], theirs: list[float], bins, title: str, xlabel: str, marks=()):
-    fig = Figure(figsize=(7, 3.4))
-    ax = fig.subplots()
+    fig, ax = axes(7, 3.4)
     if len(theirs):
         ax.hist(theirs, bins=bins, alpha=0.6, density=True, label="CUDA-Agent-Ops-6K examples", color="#DD8452")
     ax.hist(ours, bins=bins, alpha=0.6, density=True, label="this set", color="#4C72B0")
@@ -99,7 +98,7 @@ def _hist_compare(path: Path, ours: list[float], theirs: list[float], bins, titl
     ax.set_ylabel("share of rows (density)")
     ax.set_title(title)
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    save(fig, path)
 
 
 def compare(folder: Path, out: Path, released: Path | None = None, released_report: Path | None = None) -> Path:
@@ -169,14 +168,8 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
     dtypes: Counter = Counter()
     for r in ours.rows:
         shapes = json.loads(r["input_shapes"])
-        total = 0
-        for s in shapes:
-            count = 1
-            for d in s["shape"]:
-                count *= d
-            total += count
-            dtypes[s.get("dtype", "float32")] += 1
-        sizes.append(total)
+        sizes.append(sum(math.prod(s["shape"]) for s in shapes))
+        dtypes.update(s.get("dtype", "float32") for s in shapes)
     released_sizes = [e for e in (_input_elements(r["code"]) for r in theirs.rows) if e]
     md += ["## Inputs", ""]
     md += [f"Input elements per task, this set: {_quantiles(sizes)}; dtypes {dict(dtypes)}."]
@@ -194,9 +187,7 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
                f"{kept} of {len(report)} pass every check there."]  # fmt: skip
     md.append("")
     if eager:
-        lo = min([*eager, *released_eager])
-        hi = max([*eager, *released_eager])
-        bins = [lo * (hi / lo) ** (i / 30) for i in range(31)] if hi > lo > 0 else 10
+        bins = log_bins([*eager, *released_eager], 30)
         _hist_compare(figures / "eager_time.png", eager, released_eager, bins, "Eager time per forward",
                       f"ms on {device} (log scale)")  # fmt: skip
         md += ["![eager time](figures/eager_time.png)", ""]

@@ -19,13 +19,19 @@ FIGURES = {
 }
 
 
-def _axes(width: float, height: float):
+def axes(width: float, height: float):
     # Figure without pyplot: no backend selection and no global state, so it is safe in any worker.
     fig = Figure(figsize=(width, height))
     return fig, fig.subplots()
 
 
-def _save(fig: Figure, path: Path) -> None:
+def log_bins(values: list[float], count: int) -> list[float] | int:
+    """`count` histogram bins evenly spaced in log scale over the (positive) values' range."""
+    lo, hi = max(min(values), 1e-4), max(values)
+    return [lo * (hi / lo) ** (i / count) for i in range(count + 1)] if hi > lo else 10
+
+
+def save(fig: Figure, path: Path) -> None:
     tmp = path.with_name(f".tmp-{path.name}")
     fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
     os.replace(tmp, path)
@@ -56,27 +62,25 @@ def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
     figures.mkdir(parents=True, exist_ok=True)
     cfg = stats["config"]
 
-    fig, ax = _axes(6, 3.2)
+    fig, ax = axes(6, 3.2)
     sources = list(stats["rows_per_data_source"])
     ax.bar(sources, [stats["rows_per_data_source"][s] for s in sources], color="#4C72B0")
     ax.set_ylabel("rows")
     ax.set_title(FIGURES["ops_per_task"])
-    _save(fig, figures / "ops_per_task.png")
+    save(fig, figures / "ops_per_task.png")
 
     top = data.operators.most_common(25)[::-1]
-    fig, ax = _axes(6, 6)
+    fig, ax = axes(6, 6)
     ax.barh([name for name, _ in top], [n for _, n in top], color="#55A868")
     ax.set_xlabel("occurrences in ops")
     ax.set_title(FIGURES["top_operators"])
-    _save(fig, figures / "top_operators.png")
+    save(fig, figures / "top_operators.png")
 
     eager = data.eager_ms
     low, high = cfg["runtime_window_ms"]
-    fig, ax = _axes(6, 3.2)
+    fig, ax = axes(6, 3.2)
     if eager:
-        lo, hi = max(min(eager), 1e-4), max(eager)
-        bins = [lo * (hi / lo) ** (i / 40) for i in range(41)] if hi > lo else 10
-        ax.hist(eager, bins=bins, color="#8172B2")
+        ax.hist(eager, bins=log_bins(eager, 40), color="#8172B2")
         ax.set_xscale("log")
     for edge in (low, high):
         if edge > 0:
@@ -84,10 +88,10 @@ def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
     ax.set_xlabel(f"eager ms on {stats['device']}")
     ax.set_ylabel("rows")
     ax.set_title(FIGURES["eager_time"])
-    _save(fig, figures / "eager_time.png")
+    save(fig, figures / "eager_time.png")
 
     scores = data.kb_ast_similarity
-    fig, ax = _axes(6, 3.2)
+    fig, ax = axes(6, 3.2)
     ax.axvspan(0.25, 0.35, color="#DDDDDD", label="most of the paper's kept tasks")
     ax.hist(scores, bins=[i / 50 for i in range(51)], color="#C44E52", label="this set")
     ax.axvline(cfg["similarity_threshold"], color="k", linestyle="--", linewidth=1, label="threshold")
@@ -96,5 +100,5 @@ def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
     ax.set_ylabel("rows")
     ax.legend(fontsize=8)
     ax.set_title(FIGURES["kb_similarity"])
-    _save(fig, figures / "kb_similarity.png")
+    save(fig, figures / "kb_similarity.png")
     return [f"figures/{name}.png" for name in FIGURES]
