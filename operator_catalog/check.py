@@ -15,8 +15,8 @@ from filters.execution import ExecutionConfig, run_checks
 from filters.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW
 from filters.shape_check import check_shapes
 from operator_catalog.codegen import render
-from operator_catalog.compose import chain
-from operator_catalog.entry import NotApplicable, OpEntry, Workload
+from operator_catalog.compose import CHAIN_ERRORS, chain
+from operator_catalog.entry import OpEntry, Workload
 from operator_catalog.faithfulness import ops_faithful
 from operator_catalog.registry import get
 from operator_catalog.transformers_modules import TransformersEntry, render_transformers, transformers_task
@@ -35,7 +35,7 @@ def check_entry(entry: OpEntry | TransformersEntry, workload: Workload, tries: i
     for _ in range(tries):
         try:
             task = render(chain([entry], rng, workload))
-        except (NotApplicable, RuntimeError, ValueError, TypeError, IndexError) as e:
+        except CHAIN_ERRORS as e:
             error = f"{type(e).__name__}: {e}"
             continue
         verdict = check_shapes(task.source)
@@ -59,7 +59,7 @@ def _task(entry: OpEntry | TransformersEntry, seed: int, workload: Workload, bat
     entries = [get(PARTNER), entry] if partner else [entry]
     try:
         return render(chain(entries, rng, workload, batch_scale))
-    except (NotApplicable, RuntimeError, ValueError, TypeError, IndexError) as e:
+    except CHAIN_ERRORS as e:
         return f"{type(e).__name__}: {e}"
 
 

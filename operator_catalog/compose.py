@@ -34,6 +34,11 @@ class CompositionError(Exception):
     """No valid chain was found for a candidate within the allowed attempts."""
 
 
+# What a try at a chain may raise when its operators do not fit together (a sampler declining, meta rejecting
+# a shape): the try is dropped and another made.
+CHAIN_ERRORS = (NotApplicable, RuntimeError, ValueError, TypeError, IndexError)
+
+
 @dataclass(frozen=True)
 class GlueNode:
     """Tensor-method calls that adapt the flowing tensor to the next operator (`x = x.flatten(2)`)."""
@@ -207,6 +212,6 @@ def compose(
             continue
         try:
             return chain(entries, rng, workload, batch_scale)
-        except (NotApplicable, RuntimeError, ValueError, TypeError, IndexError) as e:
+        except CHAIN_ERRORS as e:
             last_error = e
     raise CompositionError(f"no valid chain of {num_ops} ops in {attempts} attempts (last: {last_error})")
