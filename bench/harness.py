@@ -27,6 +27,7 @@ from operator_catalog.codegen import render
 from operator_catalog.compose import compose
 from pipeline.config import (
     CALIBRATION_MAX_FACTOR,
+    CALIBRATION_TARGET,
     CALIBRATION_TRIES,
     COMPOSE_ATTEMPTS,
     OPS6K_MIXTURE,
@@ -160,6 +161,7 @@ def bench_execute(n: int, workload: str, device: str, workers: int, compile_chec
                 wl.runtime_window_ms,
                 CALIBRATION_TRIES,
                 CALIBRATION_MAX_FACTOR,
+                CALIBRATION_TARGET,
             )
         wall = time.perf_counter() - start
     busy = statistics.mean(sampler.samples) if device == "cuda" and sampler.samples else None

@@ -1,13 +1,14 @@
 """Shape calibration: a candidate whose eager time misses the runtime window is rescaled and measured again.
 
 The caller says how to rescale (for generated tasks: the same seed, the batch multiplied), so operators and
-structure never change; each step aims at the window's geometric middle, and a bounded number of steps is
-tried before the last verdict stands.
+structure never change; each step aims at a point inside the window (in log terms, `target` of the way from
+its low to its high end), and a bounded number of steps is tried before the last verdict stands. A rescaled
+candidate runs as soon as its last verdict comes in, ahead of candidates not yet started, so a batch never
+waits for a slow first measurement of the others before the re-measures begin.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -17,12 +18,21 @@ from filters.workers import Job, WorkerPool
 T = TypeVar("T")
 
 
-def rescale_factor(eager_ms: float, window: tuple[float, float], max_factor: float) -> float:
-    """How much to grow (> 1) or shrink (< 1) a task so that its time lands mid-window, in log terms."""
+def rescale_factor(eager_ms: float, window: tuple[float, float], max_factor: float, target: float = 0.5) -> float:
+    """How much to grow (> 1) or shrink (< 1) a task so that its time lands `target` of the way into the
+    window in log terms (0.5: the geometric middle)."""
     low, high = window
-    target = math.sqrt(low * high) if low > 0 else high / 10
-    factor = target / max(eager_ms, 1e-6)
+    aim = low ** (1 - target) * high**target if low > 0 else high / 10
+    factor = aim / max(eager_ms, 1e-6)
     return min(max(factor, 1 / max_factor), max_factor)
+
+
+def _summed_phases(verdicts: list[Verdict]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for v in verdicts:
+        for phase, s in v.measurements.get("phase_s", {}).items():
+            total[phase] = round(total.get(phase, 0.0) + s, 4)
+    return total
 
 
 def run_calibrated(
@@ -33,24 +43,29 @@ def run_calibrated(
     window: tuple[float, float],
     tries: int,
     max_factor: float,
+    target: float = 0.5,
 ) -> list[tuple[T, Verdict, int]]:
     """(final item, its verdict, calibration steps taken) per input item, in order. `rescale` returns None
-    where an item cannot be rescaled further (a size limit)."""
-    final: list[tuple[T, Verdict, int] | None] = [None] * len(items)
-    pending = list(enumerate(items))
-    for step in range(tries + 1):
-        verdicts = pool.run([job_of(item) for _, item in pending])
-        again = []
-        for (slot, item), verdict in zip(pending, verdicts, strict=True):
-            off_window = verdict.reason in (RUNTIME_BELOW_WINDOW, RUNTIME_ABOVE_WINDOW)
-            rescaled = None
-            if off_window and step < tries:
-                rescaled = rescale(item, rescale_factor(verdict.measurements["eager_ms"], window, max_factor))
-            if rescaled is None:
-                final[slot] = (item, verdict, step)
-            else:
-                again.append((slot, rescaled))
-        pending = again
-        if not pending:
-            break
+    where an item cannot be rescaled further (a size limit). The final verdict's `phase_s` sums every step's."""
+    current = list(items)
+    earlier: list[list[Verdict]] = [[] for _ in items]
+
+    def follow_up(i: int, verdict: Verdict) -> Job | None:
+        if verdict.reason not in (RUNTIME_BELOW_WINDOW, RUNTIME_ABOVE_WINDOW) or len(earlier[i]) >= tries:
+            return None
+        rescaled = rescale(current[i], rescale_factor(verdict.measurements["eager_ms"], window, max_factor, target))
+        if rescaled is None:
+            return None
+        current[i] = rescaled
+        earlier[i].append(verdict)
+        return job_of(rescaled)
+
+    verdicts = pool.run([job_of(item) for item in items], follow_up)
+    final = []
+    for item, verdict, steps in zip(current, verdicts, earlier, strict=True):
+        if steps:
+            verdict = Verdict(
+                verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": _summed_phases([*steps, verdict])}
+            )
+        final.append((item, verdict, len(steps)))
     return final

@@ -35,6 +35,7 @@ from filters.reasons import (
 from filters.task_loading import TaskLoadError, load_task
 
 PRESCREEN_MARGIN = 3.0  # events time this far outside the window decides without the profiler
+PHASES = ("load", "lock_wait", "eager", "compile", "compiled_timing")  # where a worker's time goes, per task
 CUDA_FATAL_MARKERS = (
     "CUDA error",
     "device-side assert",
@@ -56,8 +57,9 @@ class ExecutionConfig:
     num_draws: int = 5  # fresh get_inputs() draws compared for distinguishability
     atol: float = 1e-2  # verification tolerance of the agent's checker
     rtol: float = 1e-2
-    warmup: int = 5  # timing warm-up iterations
-    iters: int = 10  # timed iterations (the median is reported)
+    warmup: int = 5  # warm-up forwards before a timing (on CUDA the checks' own forwards come first)
+    iters: int = 10  # timed iterations: the profiler's on CUDA, the host clock's median on the CPU
+    prescreen_iters: int = 3  # CUDA: event-timed forwards that decide a task far outside the window
     memory_fraction: float = 0.9  # share of the GPU's memory all workers of one GPU may use together
     workers: int = 1  # worker processes in the pool
 
@@ -112,29 +114,32 @@ def _to_device(value: Any, device: torch.device) -> Any:
     return value
 
 
-def _kernel_time_ms(fn, inputs: list, iters: int) -> float:
+def _kernel_time_ms(fn, inputs: list, warmup: int, iters: int) -> float:
     """The paper's measure: summed device time of the CUDA work of one forward, from torch.profiler, averaged
-    over `iters` forwards (CPU launch overhead excluded). Call after warm-up."""
+    over `iters` forwards after `warmup` untimed ones (CPU launch overhead excluded)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
+    with torch.no_grad():
+        for _ in range(warmup):
             fn(*inputs)
-        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                fn(*inputs)
+            torch.cuda.synchronize()
     device_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
     return device_us / 1e3 / iters
 
 
-def _time_forward_ms(fn, inputs: list, cfg: ExecutionConfig) -> float:
+def _time_forward_ms(fn, inputs: list, warmup: int, iters: int, cuda: bool) -> float:
     """Median wall time of one forward: CUDA events on the GPU, the host clock on the CPU."""
     with torch.no_grad():
-        for _ in range(cfg.warmup):
+        for _ in range(warmup):
             fn(*inputs)
         samples = []
-        if cfg.device == "cuda":
+        if cuda:
             torch.cuda.synchronize()
-            for _ in range(cfg.iters):
+            for _ in range(iters):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 fn(*inputs)
@@ -142,11 +147,37 @@ def _time_forward_ms(fn, inputs: list, cfg: ExecutionConfig) -> float:
                 end.synchronize()
                 samples.append(start.elapsed_time(end))
         else:
-            for _ in range(cfg.iters):
+            for _ in range(iters):
                 t0 = time.perf_counter()
                 fn(*inputs)
                 samples.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(samples)
+
+
+class _PhaseClock:
+    """Seconds a task spends in each of `PHASES`, into a dict the task's measurements carry."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    @contextlib.contextmanager
+    def holding(self, lock, phase: str):
+        """Hold `lock` for the enclosed device work: the wait counts as `lock_wait`, the rest as `phase`."""
+        with self("lock_wait"):
+            lock.__enter__()
+        try:
+            with self(phase):
+                yield
+        finally:
+            lock.__exit__(None, None, None)
 
 
 def _check_distinguishable(outs: list[list[torch.Tensor]], cfg: ExecutionConfig) -> None:
@@ -167,46 +198,48 @@ def _check_distinguishable(outs: list[list[torch.Tensor]], cfg: ExecutionConfig)
             raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, "each output is a constant within tolerance")
 
 
-def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -> Verdict:
+def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None, exclusive: bool = False) -> Verdict:
     """Every execution check of one task, in-process; `WorkerPool` calls this inside its workers.
 
     `device_lock`, shared by the workers of one GPU, is held while the task runs on the device (its draws and
     its timings): kernels of two processes on one GPU slow each other, which would make a task's measured time
-    depend on its neighbour. Loading, and compiling (mostly CPU), overlap freely."""
+    depend on its neighbour. Loading, and compiling (mostly CPU), overlap freely; with `exclusive` the lock is
+    held for the whole task, so no other task's device work runs meanwhile. Every verdict carries `phase_s`,
+    the seconds spent in each of `PHASES`."""
+    lock = device_lock or contextlib.nullcontext()
+    outer, inner = (lock, contextlib.nullcontext()) if exclusive else (contextlib.nullcontext(), lock)
+    clock = _PhaseClock()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), outer:
             warnings.simplefilter("ignore")  # a task's own warnings (deprecated spellings) say nothing about it
-            return Verdict(KEEP, "", _checks(source, seed, cfg, device_lock or contextlib.nullcontext()))
+            verdict = Verdict(KEEP, "", _checks(source, seed, cfg, inner, clock))
     except CheckFailed as failed:
-        return failed.verdict
+        verdict = failed.verdict
     except Exception as e:
-        return classify_error(e)
+        verdict = classify_error(e)
     finally:
         if cfg.device == "cuda":
             torch.cuda.empty_cache()  # under a per-worker memory budget, cached blocks of this task must not stay
+    phase_s = {phase: round(s, 4) for phase, s in clock.seconds.items()}
+    return Verdict(verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": phase_s})
 
 
-def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock) -> dict[str, Any]:
-    """The measurements of a task that passes; raises CheckFailed with the first reason it fails."""
-    try:
-        task = load_task(source)
-    except TaskLoadError as e:
-        raise CheckFailed(LOAD_ERROR, str(e)[:300]) from None
-    device = torch.device(cfg.device)
-    torch.manual_seed(seed)
+def _draw(task, seed: int, i: int, device: torch.device) -> list:
+    torch.manual_seed(seed + 1 + i)
     with torch.device(device):
-        model = task.model_class(*task.get_init_inputs())
-    model = model.to(device).eval()
-    outs: list[list[torch.Tensor]] = []
-    with device_lock, torch.no_grad():
-        for i in range(cfg.num_draws):
-            torch.manual_seed(seed + 1 + i)
-            with torch.device(device):
-                inputs = list(_to_device(task.get_inputs(), device))
-            outs.append(flatten_outputs(model(*inputs)))
-            if i == 0:
-                first_inputs = inputs  # kept for the rerun, the timing and the compile check; later draws are not
-        rerun = flatten_outputs(model(*first_inputs))
+        return list(_to_device(task.get_inputs(), device))
+
+
+def _check_window(measurements: dict[str, Any], window: tuple[float, float]) -> None:
+    low, high = window
+    eager_ms = measurements["eager_ms"]
+    if eager_ms < low:
+        raise CheckFailed(RUNTIME_BELOW_WINDOW, f"eager {eager_ms:.4f} ms < {low} ms", measurements)
+    if eager_ms > high:
+        raise CheckFailed(RUNTIME_ABOVE_WINDOW, f"eager {eager_ms:.4f} ms > {high} ms", measurements)
+
+
+def _check_outputs(outs: list[list[torch.Tensor]], rerun: list[torch.Tensor], cfg: ExecutionConfig) -> None:
     if not outs[0]:
         raise CheckFailed(RUNTIME_ERROR, "forward returns no tensor")
     for o in outs:
@@ -216,47 +249,73 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock) -> dict[s
     if not outputs_close(rerun, outs[0], cfg.atol, cfg.rtol):
         raise CheckFailed(NOT_DETERMINISTIC, "the same input gave different outputs")
     _check_distinguishable(outs, cfg)
-    eager_out = outs[0]
-    del outs, rerun
 
-    measurements: dict[str, Any] = {
-        "output_shapes": [list(t.shape) for t in eager_out],
-        "device_name": device_name(cfg.device),
-    }
-    low, high = cfg.runtime_window_ms
-    with device_lock:
-        eager_ms = _time_forward_ms(model, first_inputs, cfg)
-        if cfg.device == "cuda":
-            # CUDA events pre-screen; the profiler decides where a task may be near the window.
-            measurements["eager_event_ms"] = eager_ms
-            if low / PRESCREEN_MARGIN <= eager_ms <= high * PRESCREEN_MARGIN:
-                eager_ms = _kernel_time_ms(model, first_inputs, cfg.iters)
-    measurements["eager_ms"] = eager_ms
-    if eager_ms < low:
-        raise CheckFailed(RUNTIME_BELOW_WINDOW, f"eager {eager_ms:.4f} ms < {low} ms", measurements)
-    if eager_ms > high:
-        raise CheckFailed(RUNTIME_ABOVE_WINDOW, f"eager {eager_ms:.4f} ms > {high} ms", measurements)
 
-    if cfg.compile_check:
-        torch._dynamo.reset()
+def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _PhaseClock) -> dict[str, Any]:
+    """The measurements of a task that passes; raises CheckFailed with the first reason it fails.
+
+    The eager time comes first: a task far outside the window is rescaled (and run again) anyway, so its other
+    checks would be wasted. On CUDA a few event-timed forwards decide such a task; one near the window is
+    timed by the profiler after the output checks, whose forwards are its warm-up."""
+    with clock("load"):
         try:
-            compiled = torch.compile(model, backend=cfg.compile_backend)
-            with torch.no_grad():
-                compiled_out = flatten_outputs(compiled(*first_inputs))
-            with device_lock:
-                compile_ms = _time_forward_ms(compiled, first_inputs, cfg)  # also the profiled run's warm-up
-                if cfg.device == "cuda":
-                    compile_ms = _kernel_time_ms(compiled, first_inputs, cfg.iters)
-            measurements["compile_ms"] = compile_ms
-        except Exception as e:
-            verdict = classify_error(e)
-            reason = OUT_OF_MEMORY if verdict.reason == OUT_OF_MEMORY else COMPILE_ERROR
-            raise CheckFailed(reason, one_line(e), measurements) from None
-        if not outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol):
-            raise CheckFailed(
-                COMPILE_MISMATCH, "torch.compile output differs from eager beyond tolerance", measurements
+            task = load_task(source)
+        except TaskLoadError as e:
+            raise CheckFailed(LOAD_ERROR, str(e)[:300]) from None
+        device = torch.device(cfg.device)
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = task.model_class(*task.get_init_inputs())
+        model = model.to(device).eval()
+    cuda = cfg.device == "cuda"
+    low, high = cfg.runtime_window_ms
+    measurements: dict[str, Any] = {"device_name": device_name(cfg.device)}
+    with clock.holding(device_lock, "eager"), torch.no_grad():
+        inputs = _draw(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
+        outs = [flatten_outputs(model(*inputs))]
+        if cuda:
+            measurements["eager_ms"] = measurements["eager_event_ms"] = _time_forward_ms(
+                model, inputs, 1, cfg.prescreen_iters, cuda=True
             )
+            near = low / PRESCREEN_MARGIN <= measurements["eager_ms"] <= high * PRESCREEN_MARGIN
+        else:
+            measurements["eager_ms"] = _time_forward_ms(model, inputs, cfg.warmup, cfg.iters, cuda=False)
+            near = False
+        if not near:
+            _check_window(measurements, cfg.runtime_window_ms)
+        outs += [flatten_outputs(model(*_draw(task, seed, i, device))) for i in range(1, cfg.num_draws)]
+        _check_outputs(outs, flatten_outputs(model(*inputs)), cfg)
+        eager_out = outs[0]
+        measurements["output_shapes"] = [list(t.shape) for t in eager_out]
+        del outs
+        if near:
+            measurements["eager_ms"] = _kernel_time_ms(model, inputs, 0, cfg.iters)
+    _check_window(measurements, cfg.runtime_window_ms)
+    if cfg.compile_check:
+        measurements["compile_ms"] = _compile_check(model, inputs, eager_out, cfg, device_lock, clock, measurements)
     return measurements
+
+
+def _compile_check(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock, measurements):
+    """The compiled model's time; raises CheckFailed where it fails to compile or disagrees with eager."""
+    torch._dynamo.reset()
+    try:
+        with clock("compile"), torch.no_grad():
+            compiled = torch.compile(model, backend=cfg.compile_backend)
+            compiled_out = flatten_outputs(compiled(*inputs))
+        with clock.holding(device_lock, "compiled_timing"):
+            if cfg.device == "cuda":
+                compile_ms = _kernel_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
+            else:
+                compile_ms = _time_forward_ms(compiled, inputs, cfg.warmup, cfg.iters, cuda=False)
+            agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
+    except Exception as e:
+        verdict = classify_error(e)
+        reason = OUT_OF_MEMORY if verdict.reason == OUT_OF_MEMORY else COMPILE_ERROR
+        raise CheckFailed(reason, one_line(e), measurements) from None
+    if not agree:
+        raise CheckFailed(COMPILE_MISMATCH, "torch.compile output differs from eager beyond tolerance", measurements)
+    return compile_ms
 
 
 def device_name(device: str) -> str:

@@ -15,6 +15,7 @@ import signal
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
@@ -25,9 +26,10 @@ from filters.execution import (
     verdict_from_wire,
     verdict_to_wire,
 )
-from filters.reasons import CRASH, RUNTIME_ERROR, TIMEOUT, Verdict, one_line
+from filters.reasons import CRASH, OUT_OF_MEMORY, RUNTIME_ERROR, TIMEOUT, Verdict, one_line
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and creating a CUDA context, once per worker
+MEMORY_SHARERS = 3  # workers of one GPU whose memory budgets together make the allowed fraction
 
 
 class DeviceLock:
@@ -62,13 +64,20 @@ def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None, 
     # A worker whose parent dies sees EOF on its pipe and exits: no orphan keeps a GPU context.
     import torch
 
+    sharers = _workers_per_gpu(cfg)
     if gpu_index is None:
         # CPU workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up
         # as ~10 ms forwards in tiny-workload timings.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.workers))
     else:
         torch.cuda.set_device(gpu_index)
-        torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction / max(1, _workers_per_gpu(cfg)))
+        torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, sharers))
+    if cfg.compile_check:
+        import torch._inductor.config
+
+        # Compilation is what the workers do in parallel: each compiles its own task's kernels in-process
+        # rather than with a pool of compile processes per worker, which would oversubscribe the cores.
+        torch._inductor.config.compile_threads = max(1, (os.cpu_count() or 1) // cfg.workers)
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -78,13 +87,31 @@ def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None, 
         if message is None:
             return
         job: Job = message
-        try:
-            verdict = run_checks(job.source, job.seed, cfg, device_lock)
-        except Exception as e:  # a checker bug must cost one task, not the worker's queue
-            verdict = Verdict(RUNTIME_ERROR, f"checker failed: {one_line(e)}")
+        verdict = _run_job(job, cfg, device_lock)
+        if verdict.reason == OUT_OF_MEMORY and gpu_index is not None and sharers > 1:
+            # Other workers' tensors may have been what was missing: once more, holding the GPU throughout,
+            # under the whole budget.
+            torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
+            verdict = _run_job(job, cfg, device_lock, exclusive=True)
+            torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, sharers))
         conn.send(("done", verdict_to_wire(verdict)))
         if is_fatal_cuda_error(verdict):
             return
+
+
+def _run_job(job: Job, cfg: ExecutionConfig, device_lock, exclusive: bool = False) -> Verdict:
+    try:
+        return run_checks(job.source, job.seed, cfg, device_lock, exclusive)
+    except Exception as e:  # a checker bug must cost one task, not the worker's queue
+        return Verdict(RUNTIME_ERROR, f"checker failed: {one_line(e)}")
+
+
+def memory_share(fraction: float, sharers: int) -> float:
+    """The share of its GPU's memory one of `sharers` workers may allocate. The device lock lets one task at a
+    time run its forwards, whose intermediates are the bulk of a task's memory; the others hold only their
+    parameters, inputs and first outputs, or compile. So a worker gets the budget of one of at most
+    `MEMORY_SHARERS`, not one of all: a task that still runs out is retried holding the GPU alone."""
+    return fraction / max(1, min(sharers, MEMORY_SHARERS))
 
 
 def _workers_per_gpu(cfg: ExecutionConfig) -> int:
@@ -112,7 +139,7 @@ class _Worker:
         child.close()
         self.gpu_index = gpu_index
         self.ready = False
-        self.job_index: int | None = None
+        self.job: int | None = None  # the index of the job in hand
         self.deadline = time.monotonic() + STARTUP_TIMEOUT_S  # to start, then to finish the job in hand
 
     def kill(self) -> None:
@@ -153,23 +180,33 @@ class WorkerPool:
         self._workers[slot] = self._spawn(slot)
         self.replaced += 1
 
-    def run(self, jobs: list[Job]) -> list[Verdict]:
-        """Verdicts in the order of `jobs`."""
+    def run(self, jobs: list[Job], follow_up: Callable[[int, Verdict], Job | None] | None = None) -> list[Verdict]:
+        """Verdicts in the order of `jobs`. `follow_up(i, verdict)`, called as job i's verdict comes in, may
+        return another job for the same place i: it runs next, ahead of jobs not yet started, and its verdict
+        replaces the first (so a chain of re-measures never waits for the rest of the list)."""
         results: list[Verdict | None] = [None] * len(jobs)
-        pending = deque(range(len(jobs)))
-        while pending or any(w.job_index is not None for w in self._workers):
+        pending = deque((i, job) for i, job in enumerate(jobs))
+
+        def finish(index: int, verdict: Verdict) -> None:
+            again = follow_up(index, verdict) if follow_up is not None else None
+            if again is None:
+                results[index] = verdict
+            else:
+                pending.appendleft((index, again))
+
+        while pending or any(w.job is not None for w in self._workers):
             now = time.monotonic()
             for slot, w in enumerate(self._workers):
-                if w.ready and w.job_index is None and pending:
-                    index = pending.popleft()
+                if w.ready and w.job is None and pending:
+                    index, job = pending.popleft()
                     try:
-                        w.parent.send(jobs[index])
+                        w.parent.send(job)
                     except (BrokenPipeError, OSError):
-                        pending.appendleft(index)
+                        pending.appendleft((index, job))
                         self._replace(slot)
                         continue
-                    w.job_index, w.deadline = index, now + self.cfg.timeout_s
-            busy = [w for w in self._workers if w.job_index is not None or not w.ready]
+                    w.job, w.deadline = index, now + self.cfg.timeout_s
+            busy = [w for w in self._workers if w.job is not None or not w.ready]
             if not busy:
                 continue
             wait(
@@ -178,10 +215,13 @@ class WorkerPool:
             )
             now = time.monotonic()
             for slot, w in enumerate(self._workers):
-                self._collect(slot, w, results, now)
+                done = self._collect(slot, w, now)
+                if done is not None:
+                    finish(*done)
         return [r if r is not None else Verdict(CRASH, "no verdict") for r in results]
 
-    def _collect(self, slot: int, w: _Worker, results: list[Verdict | None], now: float) -> None:
+    def _collect(self, slot: int, w: _Worker, now: float) -> tuple[int, Verdict] | None:
+        """(job index, verdict) where worker `slot` finished, crashed or timed out on its job; else None."""
         message = None
         try:
             if w.parent.poll():
@@ -192,24 +232,26 @@ class WorkerPool:
             kind, payload = message
             if kind == "ready":
                 w.ready = True
-            elif kind == "done" and w.job_index is not None:
+            elif kind == "done" and w.job is not None:
                 verdict = verdict_from_wire(payload)
-                results[w.job_index] = verdict
-                w.job_index = None
+                done, w.job = (w.job, verdict), None
                 if is_fatal_cuda_error(verdict):
                     self._replace(slot)
-            return
+                return done
+            return None
         if not w.process.is_alive():
-            if w.job_index is not None:
-                results[w.job_index] = Verdict(CRASH, _describe_exit(w.process.exitcode))
-            elif not w.ready:
+            done = None if w.job is None else (w.job, Verdict(CRASH, _describe_exit(w.process.exitcode)))
+            if w.job is None and not w.ready:
                 raise RuntimeError(f"an execution worker failed to start ({_describe_exit(w.process.exitcode)})")
             self._replace(slot)
-        elif w.job_index is not None and now >= w.deadline:
-            results[w.job_index] = Verdict(TIMEOUT, f"no verdict within {self.cfg.timeout_s:g} s")
+            return done
+        if w.job is not None and now >= w.deadline:
+            done = (w.job, Verdict(TIMEOUT, f"no verdict within {self.cfg.timeout_s:g} s"))
             self._replace(slot)
-        elif not w.ready and now >= w.deadline:
+            return done
+        if not w.ready and now >= w.deadline:
             raise RuntimeError(f"an execution worker did not start within {STARTUP_TIMEOUT_S:g} s")
+        return None
 
     def close(self) -> None:
         for w in self._workers:

@@ -70,6 +70,7 @@ def execute_entry(
     calibration_steps: int,
     max_factor: float,
     tries: int = 8,
+    target: float = 0.5,
 ) -> str | None:
     """None when a task with the entry passes the shape check and every execution check of `config` (in this
     process), its batch calibrated into the runtime window as `generate` does; else why the tries failed.
@@ -96,5 +97,5 @@ def execute_entry(
             if verdict.reason not in (RUNTIME_BELOW_WINDOW, RUNTIME_ABOVE_WINDOW) or step == calibration_steps:
                 reasons.append(f"{verdict.reason}: {verdict.detail}")
                 break
-            scale *= rescale_factor(verdict.measurements["eager_ms"], config.runtime_window_ms, max_factor)
+            scale *= rescale_factor(verdict.measurements["eager_ms"], config.runtime_window_ms, max_factor, target)
     return "; ".join(sorted(set(reasons)))[:500]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import platform
 from collections import Counter
 
+from filters.execution import PHASES
 from filters.reasons import REASONS
 from pipeline.config import OPS6K_MIXTURE
 from pipeline.options import GenerateOptions
+from pipeline.stages import WORKER_PREFIX
 
 STAGES = ("compose", "shape_check", "decontaminate", "dedup", "execute", "select")
 
@@ -85,6 +87,13 @@ def build_stats(
                 stage: round(sum(r["stage_work_s"].get(stage, 0.0) for r in rounds), 3)
                 for stage in STAGES
                 if any(stage in r["stage_work_s"] for r in rounds)
+            },
+            # The execution workers' time per phase of a task (load, lock_wait, eager, compile, compiled_timing),
+            # summed over the workers.
+            "execution_worker_phases": {
+                phase: round(sum(r["stage_work_s"].get(WORKER_PREFIX + phase, 0.0) for r in rounds), 3)
+                for phase in PHASES
+                if any(WORKER_PREFIX + phase in r["stage_work_s"] for r in rounds)
             },
         },
     }

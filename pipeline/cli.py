@@ -451,7 +451,7 @@ def _execute_catalog(entries, device: str, compile_check: bool) -> int:
     """Run every entry's task through the execution filters (tiny on the CPU, gpu on CUDA); the number that
     fail. In this process, one task at a time: a task that crashes the process stops the check."""
     from operator_catalog.check import execute_entry
-    from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES
+    from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TARGET, CALIBRATION_TRIES
     from pipeline.run import execution_config
 
     workload = WORKLOADS["gpu" if device == "cuda" else "tiny"]
@@ -459,7 +459,9 @@ def _execute_catalog(entries, device: str, compile_check: bool) -> int:
     failures = 0
     for entry in entries:
         if not entry.excluded:
-            error = execute_entry(entry, workload, config, CALIBRATION_TRIES, CALIBRATION_MAX_FACTOR)
+            error = execute_entry(
+                entry, workload, config, CALIBRATION_TRIES, CALIBRATION_MAX_FACTOR, target=CALIBRATION_TARGET
+            )
             if error:
                 failures += 1
                 print(f"FAIL {entry.name} [executed]: {error}")

@@ -25,7 +25,7 @@ from operator_catalog.codegen import render
 from operator_catalog.compose import CompositionError, compose
 from operator_catalog.entry import Workload
 from operator_catalog.transformers_modules import compose_transformers
-from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES, COMPOSE_ATTEMPTS
+from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TARGET, CALIBRATION_TRIES, COMPOSE_ATTEMPTS
 from pipeline.progress import ExecutionProgress
 from pipeline.records import Candidate, CandidateSpec, Rejection
 
@@ -33,6 +33,7 @@ KEPT = "kept"
 REJECTED = "rejected"
 COUNTER_NAMESPACE = "opsynth"
 TIME_SUFFIX = "_work_us"
+WORKER_PREFIX = "worker_"  # execution workers' time per phase (filters.execution.PHASES), summed over workers
 
 
 @contextlib.contextmanager
@@ -286,12 +287,19 @@ class _ExecuteBatchFn(beam.DoFn):
                     window=self.config.runtime_window_ms,
                     tries=CALIBRATION_TRIES,
                     max_factor=CALIBRATION_MAX_FACTOR,
+                    target=CALIBRATION_TARGET,
                 )
             self.progress.record(todo, fresh)
             results += fresh
         for candidate, verdict, steps in results:
             if steps:
                 Metrics.counter(COUNTER_NAMESPACE, "calibrated").inc()
+            # Where the workers' time went, summed per phase over the round; timing noise stays out of the rows.
+            phases = verdict.measurements.get("phase_s", {})
+            for phase, seconds in phases.items():
+                Metrics.counter(COUNTER_NAMESPACE, f"{WORKER_PREFIX}{phase}{TIME_SUFFIX}").inc(round(seconds * 1e6))
+            measured = {k: v for k, v in verdict.measurements.items() if k != "phase_s"}
+            verdict = Verdict(verdict.reason, verdict.detail, measured)
             yield from route(candidate.measured({"calibration_steps": steps}), verdict, "execute")
 
     def teardown(self) -> None:

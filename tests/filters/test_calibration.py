@@ -12,7 +12,7 @@ SLEEPY = fixtures.task("import time\ntime.sleep(x.shape[0] * 1e-4)\nreturn x * 2
 )
 
 
-def test_rescale_factor_aims_at_the_windows_geometric_middle():
+def test_rescale_factor_aims_at_the_windows_geometric_middle_by_default():
     assert rescale_factor(1.0, (1.0, 100.0), 64) == pytest.approx(10.0)
     assert rescale_factor(0.1, (1.0, 100.0), 64) == 64  # one step is bounded
     assert rescale_factor(1000.0, (1.0, 100.0), 64) == pytest.approx(1 / 64)
@@ -49,3 +49,37 @@ def test_rescaling_stops_when_the_caller_says_it_cannot():
             rescale=lambda b, f: None, window=cfg.runtime_window_ms, tries=3, max_factor=64,
         )  # fmt: skip
     assert (batch, verdict.reason, steps) == (2, RUNTIME_BELOW_WINDOW, 0)
+
+
+def test_rescale_factor_aims_a_quarter_of_the_way_in_log_terms():
+    assert rescale_factor(1.0, (1.0, 100.0), 64, target=0.25) == pytest.approx(10**0.5)
+    assert rescale_factor(10**0.5, (1.0, 100.0), 64, target=0.25) == pytest.approx(1.0)
+
+
+def test_a_rescaled_task_runs_ahead_of_tasks_not_yet_started(tmp_path):
+    """One worker, tasks A and B: A's re-measure comes before B, and every step's phases are summed."""
+    log = tmp_path / "order.txt"
+
+    def source(name: str, batch: int) -> str:
+        marker = f"open({str(log)!r}, 'a').write({name!r} + '\\n')\n"
+        return marker + SLEEPY.replace("BATCH", str(batch))
+
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(20.0, 80.0), timeout_s=30, compile_check=False,
+                          warmup=1, iters=2, workers=1)  # fmt: skip
+    with WorkerPool(cfg) as pool:
+        results = run_calibrated(
+            pool,
+            [("A", 2), ("B", 400)],
+            job_of=lambda item: Job(item[0], source(*item), 0),
+            rescale=lambda item, factor: (item[0] + "'", 400) if item[0] == "A" else None,
+            window=cfg.runtime_window_ms,
+            tries=3,
+            max_factor=64,
+        )
+    assert log.read_text().split() == ["A", "A'", "B"]
+    (a, a_verdict, a_steps), (_, b_verdict, b_steps) = results
+    assert (a, a_steps, b_steps) == (("A'", 400), 1, 0)
+    assert a_verdict.reason == b_verdict.reason == KEEP
+    # Phases of both of A's measurements: its time at batch 2 and at batch 400 (40 ms a forward).
+    assert a_verdict.measurements["phase_s"]["eager"] > b_verdict.measurements["phase_s"]["eager"] * 0.9
+    assert set(a_verdict.measurements["phase_s"]) >= {"load", "lock_wait", "eager"}

@@ -20,7 +20,7 @@ from filters.reasons import (
     RUNTIME_ERROR,
     TIMEOUT,
 )
-from filters.workers import Job, WorkerPool
+from filters.workers import Job, WorkerPool, memory_share
 from tests import fixtures
 
 CPU = ExecutionConfig(
@@ -150,3 +150,20 @@ def test_a_device_lock_is_released_when_its_holder_crashes(tmp_path):
     assert child.exitcode == -11
     with DeviceLock(path):  # would block forever if the dead holder still held it
         pass
+
+
+def test_a_task_far_outside_the_window_is_decided_before_its_other_checks():
+    """The window comes first: a stochastic task too slow for it is rejected as too slow (and would be
+    rescaled), without the draws that would find it stochastic."""
+    slow_and_random = fixtures.task("import time\ntime.sleep(0.05)\nreturn torch.rand_like(x)")
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 20.0), timeout_s=10.0, compile_check=False,
+                          warmup=0, iters=1)  # fmt: skip
+    verdict = run_checks(slow_and_random, 0, cfg)
+    assert verdict.reason == RUNTIME_ABOVE_WINDOW
+    assert verdict.measurements["phase_s"]["eager"] < 0.2  # one timed forward, not five draws and a rerun
+
+
+def test_each_gpu_worker_may_use_the_budget_of_one_of_at_most_three():
+    assert memory_share(0.9, 1) == pytest.approx(0.9)
+    assert memory_share(0.9, 2) == pytest.approx(0.45)
+    assert memory_share(0.9, 12) == pytest.approx(0.3)
