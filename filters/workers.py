@@ -14,6 +14,7 @@ import shutil
 import signal
 import tempfile
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,6 +150,16 @@ class _Worker:
         self.parent.close()
 
 
+def _shut_down(workers: list[_Worker], lock_dir: str) -> None:
+    for w in workers:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            w.parent.send(None)
+    for w in workers:
+        w.process.join(timeout=5)
+        w.kill()
+    shutil.rmtree(lock_dir, ignore_errors=True)
+
+
 class WorkerPool:
     """Runs `run_checks` for many tasks over `cfg.workers` processes (spread over all GPUs on CUDA)."""
 
@@ -163,6 +174,8 @@ class WorkerPool:
         }
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
+        # A pool shared across pipelines (see ExecuteCandidates) is closed when the last reference goes, or at exit.
+        self._finalizer = weakref.finalize(self, _shut_down, self._workers, self._lock_dir)
 
     def _gpu_indices(self) -> list[int | None]:
         if self.cfg.device != "cuda":
@@ -254,13 +267,7 @@ class WorkerPool:
         return None
 
     def close(self) -> None:
-        for w in self._workers:
-            with contextlib.suppress(BrokenPipeError, OSError):
-                w.parent.send(None)
-        for w in self._workers:
-            w.process.join(timeout=5)
-            w.kill()
-        shutil.rmtree(self._lock_dir, ignore_errors=True)
+        self._finalizer()
 
     def __enter__(self) -> WorkerPool:
         return self

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import apache_beam as beam
+from apache_beam.utils.shared import Shared
 
 from filters.execution import ExecutionConfig
 from pipeline.config import WORKLOADS
@@ -50,6 +51,7 @@ def build_round(
     progress_dir: str,
     graph_caps: dict[str, int] | None = None,
     graph_rows: dict[tuple[str, str], int] | None = None,
+    pool: Shared | None = None,
 ) -> None:
     workload = WORKLOADS[options.workload]
     composed = (
@@ -63,7 +65,7 @@ def build_round(
     )
     unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(seen_keys, graph_caps, graph_rows)
     executed = unique[KEPT] | "ExecuteCandidates" >> ExecuteCandidates(
-        execution, options.batch_size, workload, progress_dir, options.op_weights
+        execution, options.batch_size, workload, progress_dir, options.op_weights, pool
     )
 
     stages = (composed, shaped, clean, unique, executed)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.utils.shared import Shared
 
 from filters.execution import ExecutionConfig, device_name
 from operator_catalog import catalog_version
@@ -50,7 +51,7 @@ from pipeline.graph import build_round
 from pipeline.options import GenerateOptions, quotas
 from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
 from pipeline.selection import Selector
-from pipeline.stages import stage_work_seconds
+from pipeline.stages import release_pool, stage_work_seconds
 
 STATE_DIR = ".opsynth"
 CONFIG_FILE = "config.json"
@@ -146,14 +147,22 @@ def _merged(round_dirs: list[str], spool: str, key: Callable, make: Callable) ->
 
 
 def _run_round(
-    specs, options, execution, seen_keys, selector: Selector, round_dir: str, work_root: str, beam_args: list[str]
+    specs,
+    options,
+    execution,
+    seen_keys,
+    selector: Selector,
+    round_dir: str,
+    work_root: str,
+    beam_args: list[str],
+    pool: Shared,
 ) -> None:
     workfiles.delete(round_dir)  # an interrupted round is redone whole
     workfiles.mkdirs(round_dir)
     p = beam.Pipeline(options=PipelineOptions(beam_args))
     progress = workfiles.join(work_root, PROGRESS_DIR)
     build_round(
-        p, specs, options, execution, seen_keys, round_dir, progress, selector.graph_caps(), selector.graph_rows()
+        p, specs, options, execution, seen_keys, round_dir, progress, selector.graph_caps(), selector.graph_rows(), pool
     )
     result = p.run()
     result.wait_until_finish()
@@ -187,57 +196,64 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     rounds: list[dict] = []
     round_dirs: list[str] = []
     started = time.monotonic()
+    pool = Shared()  # the rounds' execution stages share their workers (in each process that runs them)
     last_round: dict[str, tuple[int, int]] = {}
     idle = 0
-    while plan := _plan_round(selector.missing(), tried, last_round):
-        if idle >= MAX_IDLE_ROUNDS:
-            break
-        r = len(rounds)
-        specs = [
-            CandidateSpec(s, i, candidate_seed(options.seed, s, i))
-            for s, n in plan.items()
-            for i in range(tried[s], tried[s] + n)
-        ]
-        round_dir = workfiles.join(work_root, f"round-{r:05d}")
-        t0 = time.monotonic()
-        resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
-        if not resumed:
-            log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
-            _run_round(specs, options, execution, frozenset(seen_keys), selector, round_dir, work_root, beam_args)
-        records = workfiles.read_jsonl_glob
-        new_accepted = [Candidate.from_json(d) for d in records(workfiles.join(round_dir, "accepted-*.jsonl"))]
-        new_rejected = [Rejection.from_json(d) for d in records(workfiles.join(round_dir, "rejected-*.jsonl"))]
-        if len(new_accepted) + len(new_rejected) != len(specs):
-            raise OpsynthError(
-                f"round {r} accounts for {len(new_accepted) + len(new_rejected)} of {len(specs)} candidates"
+    try:
+        while plan := _plan_round(selector.missing(), tried, last_round):
+            if idle >= MAX_IDLE_ROUNDS:
+                break
+            r = len(rounds)
+            specs = [
+                CandidateSpec(s, i, candidate_seed(options.seed, s, i))
+                for s, n in plan.items()
+                for i in range(tried[s], tried[s] + n)
+            ]
+            round_dir = workfiles.join(work_root, f"round-{r:05d}")
+            t0 = time.monotonic()
+            resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
+            if not resumed:
+                log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
+                _run_round(
+                    specs, options, execution, frozenset(seen_keys), selector, round_dir, work_root, beam_args, pool
+                )
+            records = workfiles.read_jsonl_glob
+            new_accepted = [Candidate.from_json(d) for d in records(workfiles.join(round_dir, "accepted-*.jsonl"))]
+            new_rejected = [Rejection.from_json(d) for d in records(workfiles.join(round_dir, "rejected-*.jsonl"))]
+            if len(new_accepted) + len(new_rejected) != len(specs):
+                raise OpsynthError(
+                    f"round {r} accounts for {len(new_accepted) + len(new_rejected)} of {len(specs)} candidates"
+                )
+            seen_keys.update(c.dedup_key for c in new_accepted)
+            seen_keys.update(x.candidate.dedup_key for x in new_rejected if x.stage == "execute")
+            tried.update(plan)
+            chosen, skipped = selector.admit(new_accepted)
+            rejections = sorted([*new_rejected, *skipped], key=lambda x: x.candidate.order)
+            workfiles.write_jsonl(workfiles.join(round_dir, SELECTED_SPOOL), sorted(chosen, key=lambda c: c.id))
+            workfiles.write_jsonl(workfiles.join(round_dir, REJECTED_SPOOL), rejections)
+            round_dirs.append(round_dir)
+            gained = Counter(c.data_source for c in chosen)
+            last_round = {s: (n, gained[s]) for s, n in plan.items()}
+            idle = 0 if chosen else idle + 1
+            accepted_total += len(new_accepted)
+            dropped.update((x.stage, x.reason) for x in rejections)
+            rounds.append(
+                {
+                    "round": r,
+                    "candidates": len(specs),
+                    "accepted": len(new_accepted),
+                    "resumed": resumed,
+                    "stage_work_s": json.loads(workfiles.read_text(workfiles.join(round_dir, WORK_FILE))),
+                    "wall_s": round(time.monotonic() - t0, 3),
+                }
             )
-        seen_keys.update(c.dedup_key for c in new_accepted)
-        seen_keys.update(x.candidate.dedup_key for x in new_rejected if x.stage == "execute")
-        tried.update(plan)
-        chosen, skipped = selector.admit(new_accepted)
-        rejections = sorted([*new_rejected, *skipped], key=lambda x: x.candidate.order)
-        workfiles.write_jsonl(workfiles.join(round_dir, SELECTED_SPOOL), sorted(chosen, key=lambda c: c.id))
-        workfiles.write_jsonl(workfiles.join(round_dir, REJECTED_SPOOL), rejections)
-        round_dirs.append(round_dir)
-        gained = Counter(c.data_source for c in chosen)
-        last_round = {s: (n, gained[s]) for s, n in plan.items()}
-        idle = 0 if chosen else idle + 1
-        accepted_total += len(new_accepted)
-        dropped.update((x.stage, x.reason) for x in rejections)
-        rounds.append(
-            {
-                "round": r,
-                "candidates": len(specs),
-                "accepted": len(new_accepted),
-                "resumed": resumed,
-                "stage_work_s": json.loads(workfiles.read_text(workfiles.join(round_dir, WORK_FILE))),
-                "wall_s": round(time.monotonic() - t0, 3),
-            }
-        )
-        log(
-            f"round {r}: {len(new_accepted)} accepted, {len(new_rejected)} rejected" + (" (resumed)" if resumed else "")
-        )
-        del new_accepted, new_rejected, chosen, skipped, rejections
+            log(
+                f"round {r}: {len(new_accepted)} accepted, {len(new_rejected)} rejected"
+                + (" (resumed)" if resumed else "")
+            )
+            del new_accepted, new_rejected, chosen, skipped, rejections
+    finally:
+        release_pool(pool, execution)
     short = selector.missing()
     if short:
         reasons = ", ".join(f"{reason} {n}" for (_, reason), n in dropped.most_common(3))

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
+from apache_beam.utils.shared import Shared
 
 from filters.calibration import run_calibrated
 from filters.decontamination import decontaminate, load_reference
@@ -256,16 +257,18 @@ class DedupWithinSet(beam.PTransform):
 
 
 class _ExecuteBatchFn(beam.DoFn):
-    def __init__(self, config: ExecutionConfig, workload: Workload, progress_dir: str, op_weights: str):
+    def __init__(self, config: ExecutionConfig, workload: Workload, progress_dir: str, op_weights: str, pool: Shared):
         self.config = config
         self.workload = workload
         self.op_weights = op_weights
         self.progress_dir = progress_dir
+        self.shared_pool = pool
         self.pool: WorkerPool | None = None
         self.progress: ExecutionProgress | None = None
 
     def setup(self) -> None:
-        self.pool = WorkerPool(self.config)
+        # One pool per process for every pipeline given the same handle: a run's rounds start workers once.
+        self.pool = self.shared_pool.acquire(lambda: WorkerPool(self.config), tag=self.config)
         self.progress = ExecutionProgress(self.progress_dir).load()
 
     def process(self, batch: list[Candidate]) -> Iterator:
@@ -303,14 +306,22 @@ class _ExecuteBatchFn(beam.DoFn):
             yield from route(candidate.measured({"calibration_steps": steps}), verdict, "execute")
 
     def teardown(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
+        self.pool = None  # shared: closed when its last holder lets go
+
+
+def release_pool(pool: Shared, config: ExecutionConfig) -> None:
+    """Close the worker pool this process holds under `pool` (the local runner's in-process mode), if any. A
+    handle is one run's: once released it is not used again."""
+    held = pool.acquire(lambda: None, tag=config)
+    if held is not None:
+        held.close()
 
 
 class ExecuteCandidates(beam.PTransform):
     """Run every candidate in isolated worker processes on the device, calibrating the sizes of those outside
     the runtime window; batches keep all workers busy, and each finished batch is checkpointed under
-    `progress_dir`, so a rerun of an interrupted round redoes only the batches that were in flight."""
+    `progress_dir`, so a rerun of an interrupted round redoes only the batches that were in flight. Transforms
+    given the same `pool` handle (the rounds of one run) share one worker pool in each process."""
 
     def __init__(
         self,
@@ -319,6 +330,7 @@ class ExecuteCandidates(beam.PTransform):
         workload: Workload,
         progress_dir: str,
         op_weights: str = "uniform",
+        pool: Shared | None = None,
     ):
         super().__init__()
         self.config = config
@@ -326,13 +338,14 @@ class ExecuteCandidates(beam.PTransform):
         self.workload = workload
         self.progress_dir = progress_dir
         self.op_weights = op_weights
+        self.pool = pool or Shared()
 
     def expand(self, candidates):
         return (
             candidates
             | "Batch" >> beam.BatchElements(min_batch_size=self.batch_size, max_batch_size=self.batch_size)
             | "RunChecks"
-            >> beam.ParDo(_ExecuteBatchFn(self.config, self.workload, self.progress_dir, self.op_weights)).with_outputs(
-                REJECTED, main=KEPT
-            )
+            >> beam.ParDo(
+                _ExecuteBatchFn(self.config, self.workload, self.progress_dir, self.op_weights, self.pool)
+            ).with_outputs(REJECTED, main=KEPT)
         )

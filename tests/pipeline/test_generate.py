@@ -87,6 +87,9 @@ def test_card_and_stats_agree(generated):
     assert stats["funnel"]["execute"]["kept"] == stats["counts"]["accepted"]
     work = stats["timings_s"]["stage_work"]
     assert {"compose", "shape_check", "decontaminate", "execute"} <= set(work) and work["execute"] > 0
+    phases = stats["timings_s"]["execution_worker_phases"]
+    assert {"load", "lock_wait", "eager", "compile", "compiled_timing"} == set(phases) and phases["compile"] > 0
+    assert not any("phase_s" in json.loads(row["measurements"]) for row in rejected)  # noise stays out of rows
 
 
 def test_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(generated, kernelbench_parquet, capsys):

@@ -3,10 +3,20 @@
 import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.utils.shared import Shared
 
+from filters.execution import ExecutionConfig
 from pipeline.config import WORKLOADS
 from pipeline.records import Candidate, CandidateSpec, candidate_seed
-from pipeline.stages import KEPT, REJECTED, CheckShapes, ComposeCandidates, DedupWithinSet
+from pipeline.stages import (
+    KEPT,
+    REJECTED,
+    CheckShapes,
+    ComposeCandidates,
+    DedupWithinSet,
+    ExecuteCandidates,
+    release_pool,
+)
 from tests import fixtures
 
 
@@ -62,3 +72,33 @@ def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_
             assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to(kept))
             assert_that(out[REJECTED] | beam.Map(lambda r: (r.reason, r.stage)),
                         equal_to([("duplicate", "dedup")] * (3 - len(kept))), label="rejected")  # fmt: skip
+
+
+def test_pipelines_given_one_pool_handle_start_execution_workers_once(monkeypatch, tmp_path):
+    """A run's rounds are separate pipelines: with one handle their execution stages share a worker pool, and
+    the run closes it at its end."""
+    import pipeline.stages
+    from filters.workers import WorkerPool
+
+    made: list[WorkerPool] = []
+
+    class CountedPool(WorkerPool):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            made.append(self)
+
+    monkeypatch.setattr(pipeline.stages, "WorkerPool", CountedPool)
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False,
+                          warmup=0, iters=1, workers=1)  # fmt: skip
+    handle = Shared()
+    for index in (1, 2):
+        with BeamTestPipeline() as p:
+            out = (
+                p
+                | beam.Create([_candidate(index, fixtures.GOOD)])
+                | ExecuteCandidates(cfg, 1, WORKLOADS["tiny"], str(tmp_path / "progress"), pool=handle)
+            )
+            assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([index]))
+    assert len(made) == 1 and made[0]._finalizer.alive
+    release_pool(handle, cfg)
+    assert not made[0]._finalizer.alive and not any(w.process.is_alive() for w in made[0]._workers)

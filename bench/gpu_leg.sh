@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One leg of a long `generate` run on a CUDA machine, from the repository root: runs (or resumes) the run in RUN
+# for at most LEG_S seconds, samples the GPU's use and the batches checkpointed every 5 s, and packs the run
+# folder into $OUT in parts of at most 15 MB, so that the next leg resumes it, on this machine (RUN is still there)
+# or on a fresh one (the parts carried back in .gpu-state/). When the run finishes, the dataset folder (without its
+# work files) is packed as dataset.tgz. ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers).
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+RUN=${RUN:-.gpu-run/ops6k}
+LEG_S=${LEG_S:-540}
+ARGS=${ARGS:---preset ops6k --device cuda --seed 1 --workers 14}
+mkdir -p "$OUT" "$(dirname "$RUN")"
+if [ ! -d "$RUN" ] && ls .gpu-state/run.tgz.* >/dev/null 2>&1; then
+  cat .gpu-state/run.tgz.* | tar xzf - -C "$(dirname "$RUN")"
+  echo "unpacked the carried run into $RUN"
+fi
+(while sleep 5; do
+  done_batches=$(ls "$RUN/.opsynth/progress" 2>/dev/null | wc -l)
+  echo "$(date +%T), $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader), $done_batches"
+done) >"$OUT/gpu.csv" 2>&1 &
+monitor=$!
+# shellcheck disable=SC2086
+timeout -k 15 "$LEG_S" python3 -m pipeline generate --out "$RUN" $ARGS 2>&1 | tee "$OUT/leg.log"
+status=${PIPESTATUS[0]}
+kill "$monitor" 2>/dev/null
+echo "generate exited with $status" | tee -a "$OUT/leg.log"
+if [ -f "$RUN/stats.json" ]; then
+  cp "$RUN/stats.json" "$OUT/stats.json"
+  tar czf "$OUT/dataset.tgz" -C "$(dirname "$RUN")" --exclude=.opsynth "$(basename "$RUN")"
+else
+  tar czf - -C "$(dirname "$RUN")" "$(basename "$RUN")" | split -b 15M - "$OUT/run.tgz."
+fi
+ls -la "$OUT"
