@@ -20,7 +20,7 @@ import time
 from filters.ast_similarity import best_match, brute_force, profile
 from filters.calibration import run_calibrated
 from filters.decontamination import fingerprint, load_reference, similarity
-from filters.execution import device_name
+from filters.execution import PHASES, device_name
 from filters.shape_check import check_shapes
 from filters.workers import Job, WorkerPool
 from operator_catalog.codegen import render
@@ -136,6 +136,13 @@ class _GpuBusySampler:
         self._thread.join()
 
 
+def _mean_phases(verdicts: list) -> dict[str, float]:
+    if not verdicts:
+        return {}
+    phases = [v.measurements.get("phase_s", {}) for v in verdicts]
+    return {p: round(sum(ph.get(p, 0.0) for ph in phases) / len(verdicts), 4) for p in PHASES}
+
+
 def bench_execute(n: int, workload: str, device: str, workers: int, compile_check: bool) -> dict:
     wl = WORKLOADS[workload]
     candidates = [
@@ -188,6 +195,10 @@ def bench_execute(n: int, workload: str, device: str, workers: int, compile_chec
         "target_gpu_busy_fraction": TARGETS["gpu_busy"] if device == "cuda" else None,
         "verdicts": dict(sorted(reasons.items())),
         "eager_ms_median": round(statistics.median(eager), 4) if eager else None,
+        # Seconds per candidate in each phase of a worker's task (all steps of its calibration), over all candidates
+        # and over those kept: what the device lock is held for, and what the workers wait or compile.
+        "phase_s_per_candidate": _mean_phases([v for _, v, _ in results]),
+        "phase_s_per_kept": _mean_phases([v for _, v, _ in results if v.kept]),
         # On CUDA, eager_ms is the profiler's summed device time wherever the events pre-screen was near the
         # window; the pairs show how the two measures compare on the same tasks.
         "profiled_vs_events_ms": [

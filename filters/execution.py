@@ -7,6 +7,7 @@ the same code path), so a crash, a hang or an out-of-memory costs only that task
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import statistics
 import time
@@ -35,7 +36,12 @@ from filters.reasons import (
 from filters.task_loading import TaskLoadError, load_task
 
 PRESCREEN_MARGIN = 3.0  # events time this far outside the window decides without the profiler
-PHASES = ("load", "lock_wait", "eager", "compile", "compiled_timing")  # where a worker's time goes, per task
+# Where a worker's time goes, per task: building the model; waiting for the device lock; the eager forwards of
+# the draws and the output checks; the eager timing; torch.compile with its first call; the compiled timing.
+PHASES = ("load", "lock_wait", "eager_checks", "eager_timing", "compile", "compiled_timing")
+TIMING_SPAN_MS = 30.0  # CUDA: timed forwards stop near this much device time, but never fewer than MIN_TIMED_ITERS
+MIN_TIMED_ITERS = 3
+COMPILED_WARMUP = 2  # after the compiling call, which ran the compiled model once already
 CUDA_FATAL_MARKERS = (
     "CUDA error",
     "device-side assert",
@@ -169,15 +175,20 @@ class _PhaseClock:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
     @contextlib.contextmanager
-    def holding(self, lock, phase: str):
-        """Hold `lock` for the enclosed device work: the wait counts as `lock_wait`, the rest as `phase`."""
+    def holding(self, lock):
+        """Hold `lock` for the enclosed device work; the wait for it counts as `lock_wait`."""
         with self("lock_wait"):
             lock.__enter__()
         try:
-            with self(phase):
-                yield
+            yield
         finally:
             lock.__exit__(None, None, None)
+
+
+def timed_iters(iters: int, estimate_ms: float) -> int:
+    """Timed forwards on CUDA: `iters` (the paper's 10) for a task of a few ms, fewer for a heavy one, whose
+    mean over 3 forwards of 10 ms or more is as steady; the device time is what bounds a run."""
+    return max(min(iters, MIN_TIMED_ITERS), min(iters, math.ceil(TIMING_SPAN_MS / max(estimate_ms, 1e-6))))
 
 
 def _check_distinguishable(outs: list[list[torch.Tensor]], cfg: ExecutionConfig) -> None:
@@ -270,26 +281,31 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
     cuda = cfg.device == "cuda"
     low, high = cfg.runtime_window_ms
     measurements: dict[str, Any] = {"device_name": device_name(cfg.device)}
-    with clock.holding(device_lock, "eager"), torch.no_grad():
-        inputs = _draw(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
-        outs = [flatten_outputs(model(*inputs))]
-        if cuda:
-            measurements["eager_ms"] = measurements["eager_event_ms"] = _time_forward_ms(
-                model, inputs, 1, cfg.prescreen_iters, cuda=True
-            )
-            near = low / PRESCREEN_MARGIN <= measurements["eager_ms"] <= high * PRESCREEN_MARGIN
-        else:
-            measurements["eager_ms"] = _time_forward_ms(model, inputs, cfg.warmup, cfg.iters, cuda=False)
-            near = False
+    with clock.holding(device_lock), torch.no_grad():
+        with clock("eager_checks"):
+            inputs = _draw(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
+            outs = [flatten_outputs(model(*inputs))]
+        with clock("eager_timing"):
+            if cuda:
+                measurements["eager_ms"] = measurements["eager_event_ms"] = _time_forward_ms(
+                    model, inputs, 1, cfg.prescreen_iters, cuda=True
+                )
+                near = low / PRESCREEN_MARGIN <= measurements["eager_ms"] <= high * PRESCREEN_MARGIN
+            else:
+                measurements["eager_ms"] = _time_forward_ms(model, inputs, cfg.warmup, cfg.iters, cuda=False)
+                near = False
         if not near:
             _check_window(measurements, cfg.runtime_window_ms)
-        outs += [flatten_outputs(model(*_draw(task, seed, i, device))) for i in range(1, cfg.num_draws)]
-        _check_outputs(outs, flatten_outputs(model(*inputs)), cfg)
-        eager_out = outs[0]
-        measurements["output_shapes"] = [list(t.shape) for t in eager_out]
-        del outs
+        with clock("eager_checks"):
+            outs += [flatten_outputs(model(*_draw(task, seed, i, device))) for i in range(1, cfg.num_draws)]
+            _check_outputs(outs, flatten_outputs(model(*inputs)), cfg)
+            eager_out = outs[0]
+            measurements["output_shapes"] = [list(t.shape) for t in eager_out]
+            del outs
         if near:
-            measurements["eager_ms"] = _kernel_time_ms(model, inputs, 0, cfg.iters)
+            with clock("eager_timing"):
+                iters = timed_iters(cfg.iters, measurements["eager_ms"])
+                measurements["eager_ms"] = _kernel_time_ms(model, inputs, 0, iters)
     _check_window(measurements, cfg.runtime_window_ms)
     if cfg.compile_check:
         measurements["compile_ms"] = _compile_check(model, inputs, eager_out, cfg, device_lock, clock, measurements)
@@ -303,9 +319,10 @@ def _compile_check(model, inputs: list, eager_out: list, cfg: ExecutionConfig, d
         with clock("compile"), torch.no_grad():
             compiled = torch.compile(model, backend=cfg.compile_backend)
             compiled_out = flatten_outputs(compiled(*inputs))
-        with clock.holding(device_lock, "compiled_timing"):
+        with clock.holding(device_lock), clock("compiled_timing"):
             if cfg.device == "cuda":
-                compile_ms = _kernel_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
+                iters = timed_iters(cfg.iters, measurements["eager_ms"])
+                compile_ms = _kernel_time_ms(compiled, inputs, COMPILED_WARMUP, iters)
             else:
                 compile_ms = _time_forward_ms(compiled, inputs, cfg.warmup, cfg.iters, cuda=False)
             agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from filters.execution import ExecutionConfig, run_checks
+from filters.execution import ExecutionConfig, run_checks, timed_iters
 from filters.reasons import (
     COMPILE_ERROR,
     COMPILE_MISMATCH,
@@ -160,7 +160,12 @@ def test_a_task_far_outside_the_window_is_decided_before_its_other_checks():
                           warmup=0, iters=1)  # fmt: skip
     verdict = run_checks(slow_and_random, 0, cfg)
     assert verdict.reason == RUNTIME_ABOVE_WINDOW
-    assert verdict.measurements["phase_s"]["eager"] < 0.2  # one timed forward, not five draws and a rerun
+    assert verdict.measurements["phase_s"]["eager_checks"] < 0.15  # one forward, not five draws and a rerun
+
+
+def test_heavy_tasks_are_timed_over_fewer_forwards():
+    assert [timed_iters(10, ms) for ms in (0.5, 3.0, 5.0, 10.0, 80.0)] == [10, 10, 6, 3, 3]
+    assert timed_iters(2, 80.0) == 2
 
 
 def test_each_gpu_worker_may_use_the_budget_of_one_of_at_most_three():

@@ -7,7 +7,7 @@ import torch
 import yaml
 from datasets import load_dataset
 
-from filters.execution import flatten_outputs, outputs_close
+from filters.execution import PHASES, flatten_outputs, outputs_close
 from filters.task_loading import load_task
 from operator_catalog.faithfulness import ops_faithful
 from pipeline.cli import main
@@ -88,7 +88,7 @@ def test_card_and_stats_agree(generated):
     work = stats["timings_s"]["stage_work"]
     assert {"compose", "shape_check", "decontaminate", "execute"} <= set(work) and work["execute"] > 0
     phases = stats["timings_s"]["execution_worker_phases"]
-    assert {"load", "lock_wait", "eager", "compile", "compiled_timing"} == set(phases) and phases["compile"] > 0
+    assert set(PHASES) == set(phases) and phases["compile"] > 0
     assert not any("phase_s" in json.loads(row["measurements"]) for row in rejected)  # noise stays out of rows
 
 
