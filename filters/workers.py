@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import weakref
 from collections import deque
@@ -174,6 +175,7 @@ class WorkerPool:
         }
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
+        self._run_lock = threading.Lock()  # threads of one process (Beam's multi_threading mode) take turns
         # A pool shared across pipelines (see ExecuteCandidates) is closed when the last reference goes, or at exit.
         self._finalizer = weakref.finalize(self, _shut_down, self._workers, self._lock_dir)
 
@@ -197,6 +199,10 @@ class WorkerPool:
         """Verdicts in the order of `jobs`. `follow_up(i, verdict)`, called as job i's verdict comes in, may
         return another job for the same place i: it runs next, ahead of jobs not yet started, and its verdict
         replaces the first (so a chain of re-measures never waits for the rest of the list)."""
+        with self._run_lock:
+            return self._run(jobs, follow_up)
+
+    def _run(self, jobs: list[Job], follow_up) -> list[Verdict]:
         results: list[Verdict | None] = [None] * len(jobs)
         pending = deque((i, job) for i, job in enumerate(jobs))
 

@@ -27,6 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils.shared import Shared
 
 from filters.execution import ExecutionConfig, device_name
+from filters.workers import WorkerPool
 from operator_catalog import catalog_version
 from operator_catalog.registry import sampleable
 from outputs.card import split_info, write_card
@@ -170,6 +171,16 @@ def _run_round(
     workfiles.write_text(workfiles.join(round_dir, DONE_MARKER), "")
 
 
+def _runs_in_this_process(beam_args: list[str]) -> bool:
+    """Whether the pipelines run inside this process (Beam's local runner, in memory or in threads)."""
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+    beam_options = PipelineOptions(beam_args)
+    runner = (beam_options.view_as(StandardOptions).runner or "DirectRunner").lower()
+    mode = beam_options.view_as(DirectOptions).direct_running_mode
+    return runner in ("directrunner", "direct") and mode in ("in_memory", "multi_threading")
+
+
 def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=print) -> RunResult:
     beam_args = beam_args or []
     out = Path(options.out)
@@ -197,6 +208,9 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     round_dirs: list[str] = []
     started = time.monotonic()
     pool = Shared()  # the rounds' execution stages share their workers (in each process that runs them)
+    if _runs_in_this_process(beam_args):
+        # Start the workers now: they import torch and set up the device while round 0 composes its candidates.
+        pool.acquire(lambda: WorkerPool(execution), tag=execution)
     last_round: dict[str, tuple[int, int]] = {}
     idle = 0
     try:
