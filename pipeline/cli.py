@@ -49,7 +49,12 @@ def _add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime-window-ms", metavar="LO,HI", help="eager time window (default: the workload's)")
     p.add_argument("--timeout-s", type=float, help="per-task execution time limit (default: the workload's)")
     p.add_argument("--no-compile-check", action="store_true", help="skip the torch.compile run and comparison")
-    p.add_argument("--workers", type=int, help="execution worker processes (default: cores on CPU, 2 per GPU)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="execution worker processes (default: cores on CPU; on CUDA all cores but 2 with the compile check, "
+        "else 2 per GPU)",
+    )
     _add_decontamination_args(p)
 
 
@@ -111,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("ops6k", "uniform"),
         help="how operators are drawn: as often as CUDA-Agent-Ops-6K uses them, or uniformly (default: the preset's)",
     )
-    gen.add_argument("--batch-size", type=int, help="candidates handed to the workers at once (default 16 per worker)")
+    gen.add_argument("--batch-size", type=int, help="candidates handed to the workers at once (default 8 per worker)")
     _add_execution_args(gen)
 
     val = sub.add_parser(
@@ -157,7 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--n", type=int, default=200, help="candidates to push through (default 200)")
     bench.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     bench.add_argument("--workload", choices=tuple(WORKLOADS), help="default: gpu on CUDA, else tiny")
-    bench.add_argument("--workers", type=int, help="execution workers (default: cores on CPU, 2 per GPU)")
+    bench.add_argument(
+        "--workers",
+        type=int,
+        help="execution workers (default as for generate: cores on CPU; on CUDA all cores but 2 with the compile "
+        "check, else 2 per GPU)",
+    )
     bench.add_argument("--no-compile-check", action="store_true")
     bench.add_argument("--out", help="also write the result to this JSON file")
 
@@ -236,14 +246,14 @@ def _execution_settings(args, remote: bool = False) -> dict:
             raise UsageError("--device: with a distributed --runner say where the workers run: cuda or cpu")
         if args.workers is None:
             raise UsageError("--workers: with a distributed --runner give the execution processes per Beam worker "
-                             "(2 per GPU of a worker machine is a good start)")  # fmt: skip
+                             "(with the compile check, all cores of a worker machine but 2)")  # fmt: skip
         device = args.device
     else:
         device = _resolve_device(args.device)
     workload = check_workload(args.workload or ("gpu" if device == "cuda" else "tiny"))
     wl = WORKLOADS[workload]
     window = parse_window(args.runtime_window_ms) if args.runtime_window_ms else wl.runtime_window_ms
-    workers = _positive("--workers", args.workers) or _default_workers(device)
+    workers = _positive("--workers", args.workers) or _default_workers(device, not args.no_compile_check)
     return {
         "device": device,
         "workload": workload,
@@ -267,12 +277,16 @@ def _decontamination_settings(args) -> dict:
     }
 
 
-def _default_workers(device: str) -> int:
+def _default_workers(device: str, compile_check: bool) -> int:
+    """CPU: one per core. CUDA: the device lock lets one task per GPU run its forwards, so 2 per GPU keep each
+    busy; with the compile check, which is CPU work, all cores but two (the driver's), at least 2 per GPU."""
+    cores = os.cpu_count() or 1
     if device == "cuda":
         import torch
 
-        return 2 * max(1, torch.cuda.device_count())
-    return max(1, os.cpu_count() or 1)
+        per_gpu_floor = 2 * max(1, torch.cuda.device_count())
+        return max(per_gpu_floor, cores - 2) if compile_check else per_gpu_floor
+    return max(1, cores)
 
 
 def _load_kernelbench(spec: str):
@@ -318,7 +332,7 @@ def cmd_generate(args, extra: list[str]) -> int:
     mixture = parse_mixture(args.mixture) if args.mixture is not None else dict(preset["mixture"])
     settings = _execution_settings(args, remote=_distributed_runner(extra) is not None)
     _load_kernelbench(settings["kernelbench"])  # fail fast: the workers load it from the spec
-    batch_size = _positive("--batch-size", args.batch_size) or 16 * settings["workers"]
+    batch_size = _positive("--batch-size", args.batch_size) or 8 * settings["workers"]
     if "://" in args.out:
         raise UsageError(
             f"--out {args.out}: the dataset is written to a local or mounted folder; "
@@ -388,7 +402,7 @@ def cmd_bench(args) -> int:
     device = _resolve_device("cuda" if args.stage == "gpu" else args.device)
     workload = args.workload or ("gpu" if device == "cuda" else "tiny")
     n = _positive("--n", args.n)
-    workers = _positive("--workers", args.workers) or _default_workers(device)
+    workers = _positive("--workers", args.workers) or _default_workers(device, not args.no_compile_check)
     stage = "execute" if args.stage == "gpu" else args.stage
     result = run_bench(stage, n, workload, device, workers, not args.no_compile_check)
     text = json.dumps(result, indent=2)
