@@ -1,7 +1,9 @@
-"""The Beam graph of one round: candidate specs in, accepted candidates and rejections out as JSON lines.
+"""The Beam graphs of one round, as JSON lines in and out. A round is two pipelines, so that a run resumed
+mid-round starts again at the execution (the GPU's work) without redoing its CPU stages:
 
-specs -> ComposeCandidates -> CheckShapes -> DecontaminateAgainstKernelBench -> DedupWithinSet
-      -> ExecuteCandidates -> accepted;  every stage's rejections -> rejected
+prepare:  specs -> ComposeCandidates -> CheckShapes -> DecontaminateAgainstKernelBench -> DedupWithinSet
+          -> prepared;  every stage's rejections -> rejected-prepare
+execute:  prepared -> ExecuteCandidates -> accepted;  its rejections -> rejected-execute
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from apache_beam.utils.shared import Shared
 from filters.execution import ExecutionConfig
 from pipeline.config import WORKLOADS
 from pipeline.options import GenerateOptions
-from pipeline.records import CandidateSpec
+from pipeline.records import Candidate, CandidateSpec
 from pipeline.stages import (
     KEPT,
     REJECTED,
@@ -41,18 +43,22 @@ class WriteRecords(beam.PTransform):
         )
 
 
-def build_round(
+PREPARED = "prepared"  # the candidates of a round that the CPU stages passed, as JSON lines
+PREPARE_REJECTED = "rejected-prepare"
+EXECUTE_REJECTED = "rejected-execute"
+ACCEPTED = "accepted"
+
+
+def build_prepare(
     p: beam.Pipeline,
     specs: list[CandidateSpec],
     options: GenerateOptions,
-    execution: ExecutionConfig,
     seen_keys: frozenset[str],
     round_dir: str,
-    progress_dir: str,
     graph_caps: dict[str, int] | None = None,
     graph_rows: dict[tuple[str, str], int] | None = None,
-    pool: Shared | None = None,
 ) -> None:
+    """A round's CPU stages: specs in, `PREPARED` candidates and `PREPARE_REJECTED` rejections out."""
     workload = WORKLOADS[options.workload]
     composed = (
         p
@@ -64,11 +70,29 @@ def build_round(
         options.kernelbench, options.similarity_threshold, options.jaccard_threshold
     )
     unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(seen_keys, graph_caps, graph_rows)
-    executed = unique[KEPT] | "ExecuteCandidates" >> ExecuteCandidates(
-        execution, options.batch_size, workload, progress_dir, options.op_weights, pool
-    )
+    rejected = tuple(s[REJECTED] for s in (composed, shaped, clean, unique)) | "AllRejections" >> beam.Flatten()
+    _ = unique[KEPT] | "WritePrepared" >> WriteRecords(f"{round_dir}/{PREPARED}")
+    _ = rejected | "WriteRejected" >> WriteRecords(f"{round_dir}/{PREPARE_REJECTED}")
 
-    stages = (composed, shaped, clean, unique, executed)
-    rejected = tuple(s[REJECTED] for s in stages) | "AllRejections" >> beam.Flatten()
-    _ = executed[KEPT] | "WriteAccepted" >> WriteRecords(f"{round_dir}/accepted")
-    _ = rejected | "WriteRejected" >> WriteRecords(f"{round_dir}/rejected")
+
+def build_execute(
+    p: beam.Pipeline,
+    prepared_files: list[str],
+    options: GenerateOptions,
+    execution: ExecutionConfig,
+    round_dir: str,
+    progress_dir: str,
+    pool: Shared | None = None,
+) -> None:
+    """A round's execution stage: the `PREPARED` files in, `ACCEPTED` candidates and `EXECUTE_REJECTED` out."""
+    candidates = (
+        p
+        | "PreparedFiles" >> beam.Create(prepared_files)
+        | "ReadPrepared" >> beam.io.ReadAllFromText()
+        | "ParsePrepared" >> beam.Map(lambda line: Candidate.from_json(json.loads(line)))
+    )
+    executed = candidates | "ExecuteCandidates" >> ExecuteCandidates(
+        execution, options.batch_size, WORKLOADS[options.workload], progress_dir, options.op_weights, pool
+    )
+    _ = executed[KEPT] | "WriteAccepted" >> WriteRecords(f"{round_dir}/{ACCEPTED}")
+    _ = executed[REJECTED] | "WriteRejected" >> WriteRecords(f"{round_dir}/{EXECUTE_REJECTED}")

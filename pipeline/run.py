@@ -48,7 +48,14 @@ from pipeline.config import (
     VERSION,
 )
 from pipeline.errors import OpsynthError, UsageError
-from pipeline.graph import build_round
+from pipeline.graph import (
+    ACCEPTED,
+    EXECUTE_REJECTED,
+    PREPARE_REJECTED,
+    PREPARED,
+    build_execute,
+    build_prepare,
+)
 from pipeline.options import GenerateOptions, quotas
 from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
 from pipeline.selection import Selector
@@ -57,7 +64,9 @@ from pipeline.stages import release_pool, stage_work_seconds
 STATE_DIR = ".opsynth"
 CONFIG_FILE = "config.json"
 DONE_MARKER = "_SUCCESS"
+PREPARED_MARKER = "_PREPARED"  # the round's CPU stages are done; a resume starts at its execution
 WORK_FILE = "stage_work_s.json"
+PREPARE_WORK_FILE = "prepare_work_s.json"
 SELECTED_SPOOL = "selected.jsonl"  # the round's rows, by id
 REJECTED_SPOOL = "rejections.jsonl"  # the round's rejections (its stages' and the selection's), by order
 PROGRESS_DIR = "progress"  # the execution stage's checkpoints, shared by the rounds of a run
@@ -147,6 +156,15 @@ def _merged(round_dirs: list[str], spool: str, key: Callable, make: Callable) ->
     return heapq.merge(*streams, key=key)
 
 
+def _run_pipeline(beam_args: list[str], build: Callable[[beam.Pipeline], None]) -> dict[str, float]:
+    """Build and run one Beam pipeline; the seconds of work per stage, from its counters."""
+    p = beam.Pipeline(options=PipelineOptions(beam_args))
+    build(p)
+    result = p.run()
+    result.wait_until_finish()
+    return stage_work_seconds(result)
+
+
 def _run_round(
     specs,
     options,
@@ -158,16 +176,31 @@ def _run_round(
     beam_args: list[str],
     pool: Shared,
 ) -> None:
-    workfiles.delete(round_dir)  # an interrupted round is redone whole
-    workfiles.mkdirs(round_dir)
-    p = beam.Pipeline(options=PipelineOptions(beam_args))
+    """Run one round: its CPU stages, then its execution. A round interrupted during its CPU stages is redone
+    whole; one interrupted during its execution starts that again (the checkpoints keep the finished batches)."""
+    prepared = workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER))
+    if not prepared:
+        workfiles.delete(round_dir)
+        workfiles.mkdirs(round_dir)
+        work = _run_pipeline(
+            beam_args,
+            lambda p: build_prepare(
+                p, specs, options, seen_keys, round_dir, selector.graph_caps(), selector.graph_rows()
+            ),
+        )
+        workfiles.write_text(workfiles.join(round_dir, PREPARE_WORK_FILE), json.dumps(work, sort_keys=True))
+        workfiles.write_text(workfiles.join(round_dir, PREPARED_MARKER), "")
+    for leftover in (f"{ACCEPTED}-*", f"{EXECUTE_REJECTED}-*", "beam-temp-*"):
+        workfiles.delete_matching(workfiles.join(round_dir, leftover))
+    prepared_files = workfiles.match(workfiles.join(round_dir, f"{PREPARED}-*.jsonl"))
     progress = workfiles.join(work_root, PROGRESS_DIR)
-    build_round(
-        p, specs, options, execution, seen_keys, round_dir, progress, selector.graph_caps(), selector.graph_rows(), pool
+    work = json.loads(workfiles.read_text(workfiles.join(round_dir, PREPARE_WORK_FILE)))
+    executed = _run_pipeline(
+        beam_args, lambda p: build_execute(p, prepared_files, options, execution, round_dir, progress, pool)
     )
-    result = p.run()
-    result.wait_until_finish()
-    workfiles.write_text(workfiles.join(round_dir, WORK_FILE), json.dumps(stage_work_seconds(result), sort_keys=True))
+    for stage, seconds in executed.items():
+        work[stage] = work.get(stage, 0.0) + seconds
+    workfiles.write_text(workfiles.join(round_dir, WORK_FILE), json.dumps(work, sort_keys=True))
     workfiles.write_text(workfiles.join(round_dir, DONE_MARKER), "")
 
 
@@ -228,12 +261,18 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
             resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
             if not resumed:
                 log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
+                if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
+                    log(f"round {r}: its CPU stages were done; resuming at its execution")
                 _run_round(
                     specs, options, execution, frozenset(seen_keys), selector, round_dir, work_root, beam_args, pool
                 )
             records = workfiles.read_jsonl_glob
-            new_accepted = [Candidate.from_json(d) for d in records(workfiles.join(round_dir, "accepted-*.jsonl"))]
-            new_rejected = [Rejection.from_json(d) for d in records(workfiles.join(round_dir, "rejected-*.jsonl"))]
+            new_accepted = [Candidate.from_json(d) for d in records(workfiles.join(round_dir, f"{ACCEPTED}-*.jsonl"))]
+            new_rejected = [
+                Rejection.from_json(d)
+                for prefix in (PREPARE_REJECTED, EXECUTE_REJECTED)
+                for d in records(workfiles.join(round_dir, f"{prefix}-*.jsonl"))
+            ]
             if len(new_accepted) + len(new_rejected) != len(specs):
                 raise OpsynthError(
                     f"round {r} accounts for {len(new_accepted) + len(new_rejected)} of {len(specs)} candidates"

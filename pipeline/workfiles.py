@@ -52,7 +52,17 @@ def iter_jsonl(path: str) -> Iterator[dict]:
                 yield json.loads(line)
 
 
+def match(pattern: str) -> list[str]:
+    """The paths matching a glob, in name order."""
+    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+
+
+def delete_matching(pattern: str) -> None:
+    paths = match(pattern)
+    if paths:
+        FileSystems.delete(paths)
+
+
 def read_jsonl_glob(pattern: str) -> list[dict]:
     """Every line of every file matching `pattern`, files in name order."""
-    matches = FileSystems.match([pattern])[0].metadata_list
-    return [row for path in sorted(m.path for m in matches) for row in iter_jsonl(path)]
+    return [row for path in match(pattern) for row in iter_jsonl(path)]

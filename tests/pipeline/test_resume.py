@@ -17,7 +17,7 @@ ARGS = ["--num-samples", "120", "--seed", "5", "--device", "cpu", "--workload", 
         "--no-compile-check", "--runtime-window-ms", "0,10000", "--batch-size", "2"]  # fmt: skip
 
 
-def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path):
+def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     assert main(["generate", "--out", str(reference), *ARGS]) == 0
 
@@ -38,8 +38,15 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path):
     assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (killed / "stats.json").exists()
     checkpoints = len(list(progress.glob("batch-*.jsonl")))
+    # Killed during the execution of round 0: its CPU stages are done and are not redone.
+    round0 = killed / ".opsynth" / "round-00000"
+    (prepared,) = round0.glob("prepared-*.jsonl")
+    prepared_at = prepared.stat().st_mtime_ns
+    capsys.readouterr()
 
     assert main(["generate", "--out", str(killed), *ARGS]) == 0
+    assert "round 0: its CPU stages were done; resuming at its execution" in capsys.readouterr().out
+    assert prepared.stat().st_mtime_ns == prepared_at
     assert load_dataset(str(killed), split="train")["id"] == load_dataset(str(reference), split="train")["id"]
     assert load_dataset(str(killed), split="train")["code"] == load_dataset(str(reference), split="train")["code"]
     assert checkpoints >= 3
