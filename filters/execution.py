@@ -35,7 +35,7 @@ from filters.reasons import (
 )
 from filters.task_loading import TaskLoadError, load_task
 
-PRESCREEN_MARGIN = 3.0  # events time this far outside the window decides without the profiler
+PRESCREEN_MARGIN = 3.0  # a forward timed this far outside the window decides it without the profiler
 # Where a worker's time goes, per task: building the model; waiting for the device lock; the eager forwards of
 # the draws and the output checks; the eager timing; reading the profiler's events (after the lock is released);
 # torch.compile with its first call; the compiled timing.
@@ -68,9 +68,8 @@ class ExecutionConfig:
     num_draws: int = 5  # fresh get_inputs() draws compared for distinguishability
     atol: float = 1e-2  # verification tolerance of the agent's checker
     rtol: float = 1e-2
-    warmup: int = 5  # warm-up forwards before a timing (on CUDA the checks' own forwards come first)
-    iters: int = 10  # timed iterations: the profiler's on CUDA, the host clock's median on the CPU
-    prescreen_iters: int = 3  # CUDA: event-timed forwards that decide a task far outside the window
+    warmup: int = 5  # CPU: warm-up forwards of the compiled model's timing (CUDA: the checks' forwards warm up)
+    iters: int = 10  # CUDA: the profiler's timed forwards; CPU: those of the compiled model's timing
     memory_fraction: float = 0.9  # share of the GPU's memory all workers of one GPU may use together
     workers: int = 1  # worker processes in the pool
 
@@ -149,26 +148,16 @@ def device_ms(prof, iters: int) -> float:
     return device_us / 1e3 / iters
 
 
-def _time_forward_ms(fn, inputs: list, warmup: int, iters: int, cuda: bool) -> float:
-    """Median wall time of one forward: CUDA events on the GPU, the host clock on the CPU."""
+def _host_time_ms(fn, inputs: list, warmup: int, iters: int) -> float:
+    """Median wall time of one forward by the host clock (the CPU's measure)."""
     with torch.no_grad():
         for _ in range(warmup):
             fn(*inputs)
         samples = []
-        if cuda:
-            torch.cuda.synchronize()
-            for _ in range(iters):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn(*inputs)
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end))
-        else:
-            for _ in range(iters):
-                t0 = time.perf_counter()
-                fn(*inputs)
-                samples.append((time.perf_counter() - t0) * 1e3)
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn(*inputs)
+            samples.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(samples)
 
 
@@ -247,6 +236,26 @@ def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None, e
     return Verdict(verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": phase_s})
 
 
+def _timed_forward(model, inputs: list, cuda: bool) -> tuple[Any, float]:
+    """One forward and its time in ms: CUDA events on the GPU, the host clock on the CPU."""
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = model(*inputs)
+        end.record()
+        end.synchronize()
+        return out, start.elapsed_time(end)
+    t0 = time.perf_counter()
+    out = model(*inputs)
+    return out, (time.perf_counter() - t0) * 1e3
+
+
+def _near_window(ms: float, window: tuple[float, float]) -> bool:
+    """Within PRESCREEN_MARGIN of the window: only a finer measure can say whether it is in."""
+    low, high = window
+    return low / PRESCREEN_MARGIN <= ms <= high * PRESCREEN_MARGIN
+
+
 def _draw(task, seed: int, i: int, device: torch.device) -> list:
     torch.manual_seed(seed + 1 + i)
     with torch.device(device):
@@ -277,9 +286,10 @@ def _check_outputs(outs: list[list[torch.Tensor]], rerun: list[torch.Tensor], cf
 def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _PhaseClock) -> dict[str, Any]:
     """The measurements of a task that passes; raises CheckFailed with the first reason it fails.
 
-    The eager time comes first: a task far outside the window is rescaled (and run again) anyway, so its other
-    checks would be wasted. On CUDA a few event-timed forwards decide such a task; one near the window is
-    timed by the profiler after the output checks, whose forwards are its warm-up."""
+    The forwards of the draws and of the rerun are timed (CUDA events, or the host clock on the CPU): a task
+    already far outside the window after the first of them is decided there, since it is rescaled and run again
+    anyway; the median of them all is the CPU's eager time, and on CUDA decides the rest likewise. A task near
+    the window is then timed by the profiler, those forwards having been its warm-up."""
     with clock("load"):
         try:
             task = load_task(source)
@@ -291,29 +301,29 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
             model = task.model_class(*task.get_init_inputs())
         model = model.to(device).eval()
     cuda = cfg.device == "cuda"
-    low, high = cfg.runtime_window_ms
     measurements: dict[str, Any] = {"device_name": device_name(cfg.device)}
     with clock.holding(device_lock), torch.no_grad():
         with clock("eager_checks"):
             inputs = _draw(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
-            outs = [flatten_outputs(model(*inputs))]
-        with clock("eager_timing"):
-            if cuda:
-                measurements["eager_ms"] = measurements["eager_event_ms"] = _time_forward_ms(
-                    model, inputs, 1, cfg.prescreen_iters, cuda=True
-                )
-                near = low / PRESCREEN_MARGIN <= measurements["eager_ms"] <= high * PRESCREEN_MARGIN
-            else:
-                measurements["eager_ms"] = _time_forward_ms(model, inputs, cfg.warmup, cfg.iters, cuda=False)
-                near = False
-        if not near:
-            _check_window(measurements, cfg.runtime_window_ms)
-        with clock("eager_checks"):
-            outs += [flatten_outputs(model(*_draw(task, seed, i, device))) for i in range(1, cfg.num_draws)]
-            _check_outputs(outs, flatten_outputs(model(*inputs)), cfg)
+            outs = [flatten_outputs(model(*inputs))]  # untimed: the first use of the task's memory and kernels
+            samples = []
+            for i in range(1, cfg.num_draws):
+                out, ms = _timed_forward(model, _draw(task, seed, i, device), cuda)
+                outs.append(flatten_outputs(out))
+                samples.append(ms)
+                if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
+                    measurements["eager_ms"] = ms
+                    _check_window(measurements, cfg.runtime_window_ms)
+            rerun, ms = _timed_forward(model, inputs, cuda)
+            samples.append(ms)
+            _check_outputs(outs, flatten_outputs(rerun), cfg)
             eager_out = outs[0]
             measurements["output_shapes"] = [list(t.shape) for t in eager_out]
-            del outs
+            del outs, rerun
+            measurements["eager_ms"] = statistics.median(samples)
+        near = cuda and _near_window(measurements["eager_ms"], cfg.runtime_window_ms)
+        if cuda:
+            measurements["eager_event_ms"] = measurements["eager_ms"]
         if near:
             with clock("eager_timing"):
                 iters = timed_iters(cfg.iters, measurements["eager_ms"])
@@ -339,7 +349,7 @@ def _compile_check(model, inputs: list, eager_out: list, cfg: ExecutionConfig, d
             if cfg.device == "cuda":
                 profiled = _profile(compiled, inputs, COMPILED_WARMUP, iters)
             else:
-                compile_ms = _time_forward_ms(compiled, inputs, cfg.warmup, cfg.iters, cuda=False)
+                compile_ms = _host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
             agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
         if cfg.device == "cuda":
             with clock("profile_parse"):

@@ -155,12 +155,12 @@ def test_a_device_lock_is_released_when_its_holder_crashes(tmp_path):
 def test_a_task_far_outside_the_window_is_decided_before_its_other_checks():
     """The window comes first: a stochastic task too slow for it is rejected as too slow (and would be
     rescaled), without the draws that would find it stochastic."""
-    slow_and_random = fixtures.task("import time\ntime.sleep(0.05)\nreturn torch.rand_like(x)")
+    slow_and_random = fixtures.task("import time\ntime.sleep(0.2)\nreturn torch.rand_like(x)")  # 10x the window
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 20.0), timeout_s=10.0, compile_check=False,
                           warmup=0, iters=1)  # fmt: skip
     verdict = run_checks(slow_and_random, 0, cfg)
     assert verdict.reason == RUNTIME_ABOVE_WINDOW
-    assert verdict.measurements["phase_s"]["eager_checks"] < 0.15  # one forward, not five draws and a rerun
+    assert verdict.measurements["phase_s"]["eager_checks"] < 0.7  # two forwards, not five draws and a rerun
 
 
 def test_heavy_tasks_are_timed_over_fewer_forwards():
