@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One leg of a long `generate` run on a CUDA machine, from the repository root: runs (or resumes) the run in RUN
 # for at most LEG_S seconds, samples the GPU's use and the batches checkpointed every 5 s, and packs the run
-# folder into $OUT in parts of at most 15 MB, so that the next leg resumes it, on this machine (RUN is still there)
-# or on a fresh one (the parts carried back in .gpu-state/). When the run finishes, the dataset folder (without its
-# work files) is packed as dataset.tgz. ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers).
+# folder into $OUT in parts of at most 15 MB; the next leg, which may start on a fresh machine, resumes it from
+# those parts put in .gpu-state/ (where RUN is absent). When the run finishes, the dataset folder (without its
+# work files) is packed as dataset.tgz, and with VALIDATE=1 the released examples in DATA (default .gpu-data) are
+# validated on the GPU. ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 RUN=${RUN:-.gpu-run/ops6k}
@@ -27,6 +28,10 @@ echo "generate exited with $status" | tee -a "$OUT/leg.log"
 if [ -f "$RUN/stats.json" ]; then
   cp "$RUN/stats.json" "$OUT/stats.json"
   tar czf "$OUT/dataset.tgz" -C "$(dirname "$RUN")" --exclude=.opsynth "$(basename "$RUN")"
+  if [ -n "${VALIDATE:-}" ]; then  # the released examples re-measured on this GPU, for the comparison
+    timeout 240 python3 -m pipeline validate "${DATA:-.gpu-data}/ops6k_examples.parquet" --device cuda \
+      --no-compile-check --workers 4 --report "$OUT/validate.jsonl" >"$OUT/validate.log" 2>&1
+  fi
 else
   tar czf - -C "$(dirname "$RUN")" "$(basename "$RUN")" | split -b 15M - "$OUT/run.tgz."
 fi

@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -71,6 +72,11 @@ SELECTED_SPOOL = "selected.jsonl"  # the round's rows, by id
 REJECTED_SPOOL = "rejections.jsonl"  # the round's rejections (its stages' and the selection's), by order
 PROGRESS_DIR = "progress"  # the execution stage's checkpoints, shared by the rounds of a run
 MIN_CANDIDATES_PER_ROUND = 4
+# A round's CPU stages run on several processes (at most PREPARE_PROCESSES, at least 4 cores) from this many
+# candidates: on 2 cores, or for 500 candidates, starting the processes cost more than they saved.
+MULTIPROCESS_PREPARE_MIN = 1000
+PREPARE_PROCESSES = 8  # each loads torch and the KernelBench reference
+QUIET_HARNESS = ["--default_sdk_harness_log_level", "WARNING"]  # the processes' start-up chatter
 
 
 @dataclass
@@ -183,7 +189,7 @@ def _run_round(
         workfiles.delete(round_dir)
         workfiles.mkdirs(round_dir)
         work = _run_pipeline(
-            beam_args,
+            _prepare_args(beam_args, len(specs)),
             lambda p: build_prepare(
                 p, specs, options, seen_keys, round_dir, selector.graph_caps(), selector.graph_rows()
             ),
@@ -202,6 +208,18 @@ def _run_round(
         work[stage] = work.get(stage, 0.0) + seconds
     workfiles.write_text(workfiles.join(round_dir, WORK_FILE), json.dumps(work, sort_keys=True))
     workfiles.write_text(workfiles.join(round_dir, DONE_MARKER), "")
+
+
+def _prepare_args(beam_args: list[str], candidates: int) -> list[str]:
+    """Beam options of a round's CPU stages: where the run is in this process and the user chose no local mode,
+    a large round's CPU stages run on several processes (up to PREPARE_PROCESSES), while its execution stays in
+    this process with its workers."""
+    chosen = any(a.startswith(("--direct_num_workers", "--direct_running_mode")) for a in beam_args)
+    processes = min(os.cpu_count() or 1, PREPARE_PROCESSES)
+    if chosen or processes < 4 or candidates < MULTIPROCESS_PREPARE_MIN or not _runs_in_this_process(beam_args):
+        return beam_args
+    quiet = [] if any(a.startswith("--default_sdk_harness_log_level") for a in beam_args) else QUIET_HARNESS
+    return [*beam_args, "--direct_num_workers", str(processes), "--direct_running_mode", "multi_processing", *quiet]
 
 
 def _runs_in_this_process(beam_args: list[str]) -> bool:

@@ -159,6 +159,21 @@ def test_compare_reports_the_folder_beside_the_released_set(generated, ops6k_exa
     assert "not a generated dataset folder" in capsys.readouterr().err
 
 
+def test_a_large_rounds_cpu_stages_use_several_processes_unless_the_user_chose(monkeypatch):
+    import pipeline.run
+    from pipeline.run import _prepare_args
+
+    monkeypatch.setattr(pipeline.run.os, "cpu_count", lambda: 16)
+    assert _prepare_args([], 4096) == ["--direct_num_workers", "8", "--direct_running_mode", "multi_processing",
+                                       "--default_sdk_harness_log_level", "WARNING"]  # fmt: skip
+    assert _prepare_args([], 500) == []  # a small round: starting processes costs more than it saves
+    chosen = ["--direct_num_workers", "2"]
+    assert _prepare_args(chosen, 4096) == chosen
+    assert _prepare_args(["--runner", "DataflowRunner"], 4096) == ["--runner", "DataflowRunner"]
+    monkeypatch.setattr(pipeline.run.os, "cpu_count", lambda: 2)
+    assert _prepare_args([], 4096) == []
+
+
 def test_workers_start_early_only_where_the_pipelines_run_in_this_process():
     from pipeline.run import _runs_in_this_process
 
