@@ -44,11 +44,14 @@ def run_calibrated(
     tries: int,
     max_factor: float,
     target: float = 0.5,
+    on_result: Callable[[int, tuple[T, Verdict, int]], None] | None = None,
 ) -> list[tuple[T, Verdict, int]]:
     """(final item, its verdict, calibration steps taken) per input item, in order. `rescale` returns None
-    where an item cannot be rescaled further (a size limit). The final verdict's `phase_s` sums every step's."""
+    where an item cannot be rescaled further (a size limit). The final verdict's `phase_s` sums every step's.
+    `on_result(i, result)` is called as item i's result is final, in the order they finish."""
     current = list(items)
     earlier: list[list[Verdict]] = [[] for _ in items]
+    final: list[tuple[T, Verdict, int] | None] = [None] * len(items)
 
     def follow_up(i: int, verdict: Verdict) -> Job | None:
         if verdict.reason not in (RUNTIME_BELOW_WINDOW, RUNTIME_ABOVE_WINDOW) or len(earlier[i]) >= tries:
@@ -60,12 +63,14 @@ def run_calibrated(
         earlier[i].append(verdict)
         return job_of(rescaled)
 
-    verdicts = pool.run([job_of(item) for item in items], follow_up)
-    final = []
-    for item, verdict, steps in zip(current, verdicts, earlier, strict=True):
-        if steps:
-            verdict = Verdict(
-                verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": _summed_phases([*steps, verdict])}
-            )
-        final.append((item, verdict, len(steps)))
-    return final
+    def on_final(i: int, verdict: Verdict) -> None:
+        if earlier[i]:
+            phases = _summed_phases([*earlier[i], verdict])
+            verdict = Verdict(verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": phases})
+        final[i] = (current[i], verdict, len(earlier[i]))
+        if on_result is not None:
+            on_result(i, final[i])
+
+    verdicts = pool.run([job_of(item) for item in items], follow_up, on_final)
+    # A place that never got a final verdict (the pool gave up on it) keeps the pool's verdict for it.
+    return [f if f is not None else (current[i], verdicts[i], len(earlier[i])) for i, f in enumerate(final)]

@@ -195,14 +195,20 @@ class WorkerPool:
         self._workers[slot] = self._spawn(slot)
         self.replaced += 1
 
-    def run(self, jobs: list[Job], follow_up: Callable[[int, Verdict], Job | None] | None = None) -> list[Verdict]:
+    def run(
+        self,
+        jobs: list[Job],
+        follow_up: Callable[[int, Verdict], Job | None] | None = None,
+        on_final: Callable[[int, Verdict], None] | None = None,
+    ) -> list[Verdict]:
         """Verdicts in the order of `jobs`. `follow_up(i, verdict)`, called as job i's verdict comes in, may
         return another job for the same place i: it runs next, ahead of jobs not yet started, and its verdict
-        replaces the first (so a chain of re-measures never waits for the rest of the list)."""
+        replaces the first (so a chain of re-measures never waits for the rest of the list). `on_final(i,
+        verdict)` is called as place i gets its final verdict (to checkpoint as results come in)."""
         with self._run_lock:
-            return self._run(jobs, follow_up)
+            return self._run(jobs, follow_up, on_final)
 
-    def _run(self, jobs: list[Job], follow_up) -> list[Verdict]:
+    def _run(self, jobs: list[Job], follow_up, on_final) -> list[Verdict]:
         results: list[Verdict | None] = [None] * len(jobs)
         pending = deque((i, job) for i, job in enumerate(jobs))
 
@@ -210,6 +216,8 @@ class WorkerPool:
             again = follow_up(index, verdict) if follow_up is not None else None
             if again is None:
                 results[index] = verdict
+                if on_final is not None:
+                    on_final(index, verdict)
             else:
                 pending.appendleft((index, again))
 

@@ -116,7 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("ops6k", "uniform"),
         help="how operators are drawn: as often as CUDA-Agent-Ops-6K uses them, or uniformly (default: the preset's)",
     )
-    gen.add_argument("--batch-size", type=int, help="candidates handed to the workers at once (default 8 per worker)")
+    gen.add_argument(
+        "--batch-size",
+        type=int,
+        help="candidates handed to the workers at once (default 64 per worker; results are checkpointed every 30 s)",
+    )
     _add_execution_args(gen)
 
     val = sub.add_parser(
@@ -332,7 +336,7 @@ def cmd_generate(args, extra: list[str]) -> int:
     mixture = parse_mixture(args.mixture) if args.mixture is not None else dict(preset["mixture"])
     settings = _execution_settings(args, remote=_distributed_runner(extra) is not None)
     _load_kernelbench(settings["kernelbench"])  # fail fast: the workers load it from the spec
-    batch_size = _positive("--batch-size", args.batch_size) or 8 * settings["workers"]
+    batch_size = _positive("--batch-size", args.batch_size) or 64 * settings["workers"]
     if "://" in args.out:
         raise UsageError(
             f"--out {args.out}: the dataset is written to a local or mounted folder; "

@@ -34,6 +34,7 @@ KEPT = "kept"
 REJECTED = "rejected"
 COUNTER_NAMESPACE = "opsynth"
 TIME_SUFFIX = "_work_us"
+CHECKPOINT_EVERY_S = 30.0  # the execution stage writes its finished results at least this often
 WORKER_PREFIX = "worker_"  # execution workers' time per phase (filters.execution.PHASES), summed over workers
 
 
@@ -256,6 +257,28 @@ class DedupWithinSet(beam.PTransform):
         return {KEPT: limited[KEPT], REJECTED: rejected}
 
 
+class _Checkpointer:
+    """Writes a batch's results to the run's checkpoints as they come in, at most every CHECKPOINT_EVERY_S, so
+    a run stopped mid-batch loses only the last seconds of work, however large the batch."""
+
+    def __init__(self, progress: ExecutionProgress, entered: list[Candidate]):
+        self.progress = progress
+        self.entered = entered
+        self.pending: list[tuple[Candidate, tuple]] = []
+        self.last = time.monotonic()
+
+    def add(self, i: int, result: tuple) -> None:
+        self.pending.append((self.entered[i], result))
+        if time.monotonic() - self.last >= CHECKPOINT_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.progress.record([c for c, _ in self.pending], [r for _, r in self.pending])
+            self.pending = []
+        self.last = time.monotonic()
+
+
 class _ExecuteBatchFn(beam.DoFn):
     def __init__(self, config: ExecutionConfig, workload: Workload, progress_dir: str, op_weights: str, pool: Shared):
         self.config = config
@@ -281,6 +304,7 @@ class _ExecuteBatchFn(beam.DoFn):
                 results.append(checkpointed)
         Metrics.counter(COUNTER_NAMESPACE, "execute_reused").inc(len(results))
         if todo:
+            checkpoint = _Checkpointer(self.progress, todo)
             with stage_clock("execute"):
                 fresh = run_calibrated(
                     self.pool,
@@ -291,8 +315,9 @@ class _ExecuteBatchFn(beam.DoFn):
                     tries=CALIBRATION_TRIES,
                     max_factor=CALIBRATION_MAX_FACTOR,
                     target=CALIBRATION_TARGET,
+                    on_result=checkpoint.add,
                 )
-            self.progress.record(todo, fresh)
+            checkpoint.flush()
             results += fresh
         for candidate, verdict, steps in results:
             if steps:

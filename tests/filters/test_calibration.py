@@ -66,6 +66,7 @@ def test_a_rescaled_task_runs_ahead_of_tasks_not_yet_started(tmp_path):
 
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(20.0, 80.0), timeout_s=30, compile_check=False,
                           warmup=1, iters=2, workers=1)  # fmt: skip
+    reported = []
     with WorkerPool(cfg) as pool:
         results = run_calibrated(
             pool,
@@ -75,8 +76,10 @@ def test_a_rescaled_task_runs_ahead_of_tasks_not_yet_started(tmp_path):
             window=cfg.runtime_window_ms,
             tries=3,
             max_factor=64,
+            on_result=lambda i, result: reported.append((i, result)),
         )
     assert log.read_text().split() == ["A", "A'", "B"]
+    assert reported == list(enumerate(results))  # each final result reported once, as it came in
     (a, a_verdict, a_steps), (_, b_verdict, b_steps) = results
     assert (a, a_steps, b_steps) == (("A'", 400), 1, 0)
     assert a_verdict.reason == b_verdict.reason == KEEP

@@ -102,3 +102,25 @@ def test_pipelines_given_one_pool_handle_start_execution_workers_once(monkeypatc
     assert len(made) == 1 and made[0]._finalizer.alive
     release_pool(handle, cfg)
     assert not made[0]._finalizer.alive and not any(w.process.is_alive() for w in made[0]._workers)
+
+
+def test_a_batch_is_checkpointed_as_its_results_come_in(monkeypatch):
+    import pipeline.stages
+
+    recorded: list[list[int]] = []
+
+    class Progress:
+        def record(self, entered, results):
+            recorded.append([c.index for c in entered])
+
+    candidates = [_candidate(i, fixtures.GOOD) for i in range(3)]
+    checkpoint = pipeline.stages._Checkpointer(Progress(), candidates)
+    checkpoint.add(2, "result of 2")
+    checkpoint.add(0, "result of 0")
+    assert recorded == []  # within the interval: held
+    checkpoint.flush()
+    assert recorded == [[2, 0]]
+    monkeypatch.setattr(pipeline.stages, "CHECKPOINT_EVERY_S", 0.0)
+    checkpoint.add(1, "result of 1")
+    checkpoint.flush()  # nothing left to write
+    assert recorded == [[2, 0], [1]]
