@@ -143,12 +143,14 @@ def _mean_phases(verdicts: list) -> dict[str, float]:
     return {p: round(sum(ph.get(p, 0.0) for ph in phases) / len(verdicts), 4) for p in PHASES}
 
 
-def bench_execute(n: int, workload: str, device: str, workers: int, compile_check: bool) -> dict:
+def bench_execute(
+    n: int, workload: str, device: str, workers: int, compile_check: bool, shared_checks: bool = False
+) -> dict:
     wl = WORKLOADS[workload]
     candidates = [
         make_candidate(CandidateSpec(f"torch#{_num_ops(i)}", i, candidate_seed(3, "bench", i)), wl) for i in range(n)
     ]
-    cfg = execution_config(device, wl.runtime_window_ms, wl.timeout_s, compile_check, workers)
+    cfg = execution_config(device, wl.runtime_window_ms, wl.timeout_s, compile_check, workers, shared_checks)
 
     def job_of(c):
         return Job(str(c.index), c.code, c.seed)
@@ -209,11 +211,13 @@ def bench_execute(n: int, workload: str, device: str, workers: int, compile_chec
     }
 
 
-def run_bench(what: str, n: int, workload: str, device: str, workers: int, compile_check: bool) -> dict:
+def run_bench(
+    what: str, n: int, workload: str, device: str, workers: int, compile_check: bool, shared_checks: bool = False
+) -> dict:
     if what == "cpu":
         result = bench_cpu(n, workload)
     elif what == "decontam":
         result = bench_decontam(n, workload)
     else:
-        result = bench_execute(n, workload, device, workers, compile_check)
+        result = bench_execute(n, workload, device, workers, compile_check, shared_checks)
     return {"bench": what, "machine": _machine(), **result}

@@ -71,6 +71,7 @@ class ExecutionConfig:
     warmup: int = 5  # CPU: warm-up forwards of the compiled model's timing (CUDA: the checks' forwards warm up)
     iters: int = 10  # CUDA: the profiler's timed forwards; CPU: those of the compiled model's timing
     memory_fraction: float = 0.9  # share of the GPU's memory all workers of one GPU may use together
+    shared_checks: bool = False  # CUDA: the checks of a few tasks may share a GPU (timings never do)
     workers: int = 1  # worker processes in the pool
 
 
@@ -256,6 +257,11 @@ def _near_window(ms: float, window: tuple[float, float]) -> bool:
     return low / PRESCREEN_MARGIN <= ms <= high * PRESCREEN_MARGIN
 
 
+def _shared(lock):
+    """The lock's shared mode where it has one (a GPU's DeviceLock), for the checks' device work."""
+    return lock.shared() if hasattr(lock, "shared") else lock
+
+
 def _draw(task, seed: int, i: int, device: torch.device) -> list:
     torch.manual_seed(seed + 1 + i)
     with torch.device(device):
@@ -302,33 +308,31 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
         model = model.to(device).eval()
     cuda = cfg.device == "cuda"
     measurements: dict[str, Any] = {"device_name": device_name(cfg.device)}
-    with clock.holding(device_lock), torch.no_grad():
-        with clock("eager_checks"):
-            inputs = _draw(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
-            outs = [flatten_outputs(model(*inputs))]  # untimed: the first use of the task's memory and kernels
-            samples = []
-            for i in range(1, cfg.num_draws):
-                out, ms = _timed_forward(model, _draw(task, seed, i, device), cuda)
-                outs.append(flatten_outputs(out))
-                samples.append(ms)
-                if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
-                    measurements["eager_ms"] = ms
-                    _check_window(measurements, cfg.runtime_window_ms)
-            rerun, ms = _timed_forward(model, inputs, cuda)
+    with clock.holding(_shared(device_lock)), torch.no_grad(), clock("eager_checks"):
+        inputs = _draw(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
+        outs = [flatten_outputs(model(*inputs))]  # untimed: the first use of the task's memory and kernels
+        samples = []
+        for i in range(1, cfg.num_draws):
+            out, ms = _timed_forward(model, _draw(task, seed, i, device), cuda)
+            outs.append(flatten_outputs(out))
             samples.append(ms)
-            _check_outputs(outs, flatten_outputs(rerun), cfg)
-            eager_out = outs[0]
-            measurements["output_shapes"] = [list(t.shape) for t in eager_out]
-            del outs, rerun
-            measurements["eager_ms"] = statistics.median(samples)
-        near = cuda and _near_window(measurements["eager_ms"], cfg.runtime_window_ms)
-        if cuda:
-            measurements["eager_event_ms"] = measurements["eager_ms"]
-        if near:
-            with clock("eager_timing"):
-                iters = timed_iters(cfg.iters, measurements["eager_ms"])
-                profiled = _profile(model, inputs, 0, iters)
+            if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
+                measurements["eager_ms"] = ms
+                _check_window(measurements, cfg.runtime_window_ms)
+        rerun, ms = _timed_forward(model, inputs, cuda)
+        samples.append(ms)
+        _check_outputs(outs, flatten_outputs(rerun), cfg)
+        eager_out = outs[0]
+        measurements["output_shapes"] = [list(t.shape) for t in eager_out]
+        del outs, rerun
+        measurements["eager_ms"] = statistics.median(samples)
+    near = cuda and _near_window(measurements["eager_ms"], cfg.runtime_window_ms)
+    if cuda:
+        measurements["eager_event_ms"] = measurements["eager_ms"]
     if near:
+        with clock.holding(device_lock), clock("eager_timing"):
+            iters = timed_iters(cfg.iters, measurements["eager_ms"])
+            profiled = _profile(model, inputs, 0, iters)
         with clock("profile_parse"):
             measurements["eager_ms"] = device_ms(profiled, iters)
     _check_window(measurements, cfg.runtime_window_ms)

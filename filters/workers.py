@@ -35,24 +35,69 @@ MEMORY_SHARERS = 3  # workers of one GPU whose memory budgets together make the 
 
 
 class DeviceLock:
-    """An exclusive inter-process lock on a file (flock): the OS releases it when its holder dies, so a worker
-    that segfaults or is killed on a timeout while holding it cannot wedge the others."""
+    """An inter-process lock on a GPU, on files (flock): the OS releases it when its holder dies, so a worker
+    that segfaults or is killed on a timeout while holding it cannot wedge the others.
 
-    def __init__(self, path: str):
+    Entered as a context manager it is exclusive: for timings, which another process's kernels would slow.
+    `shared()` is for the checks' device work, which may overlap with that of up to `slots - 1` other tasks
+    (with `slots` 1, it is exclusive too). A waiting exclusive holder goes first: it takes a turnstile that new
+    shared holders must pass, then waits for the shared holders inside to leave."""
+
+    def __init__(self, path: str, slots: int = 1):
         self.path = path
-        self._fd: int | None = None  # opened lazily, in the process that uses it
+        self.slots = slots
+        self._fds: dict[str, int] | None = None  # opened lazily, in the process that uses them
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "_fd": None}
+        return {"path": self.path, "slots": self.slots, "_fds": None}
+
+    def _fd(self, name: str) -> int:
+        if self._fds is None:
+            self._fds = {}
+        if name not in self._fds:
+            path = self.path if name == "rw" else f"{self.path}.{name}"
+            self._fds[name] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        return self._fds[name]
 
     def __enter__(self) -> DeviceLock:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        fcntl.flock(self._fd("turnstile"), fcntl.LOCK_EX)
+        fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
         return self
 
     def __exit__(self, *exc) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
+        fcntl.flock(self._fd("turnstile"), fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def shared(self):
+        if self.slots <= 1:
+            with self:
+                yield self
+            return
+        slot = self._take_slot()
+        try:
+            fcntl.flock(self._fd("turnstile"), fcntl.LOCK_EX)  # wait behind an exclusive holder
+            fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
+            fcntl.flock(self._fd("turnstile"), fcntl.LOCK_UN)
+            try:
+                yield self
+            finally:
+                fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
+        finally:
+            fcntl.flock(slot, fcntl.LOCK_UN)
+
+    def _take_slot(self) -> int:
+        """One of the `slots` slot files, locked: a free one if any, else wait for one."""
+        for k in range(self.slots):
+            fd = self._fd(f"slot{k}")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                continue
+        fd = self._fd(f"slot{os.getpid() % self.slots}")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
 
 
 @dataclass(frozen=True)
@@ -171,7 +216,9 @@ class WorkerPool:
         # One lock per GPU: a task holds it while it runs on the device, so timings are not shared.
         self._lock_dir = tempfile.mkdtemp(prefix="opsynth-locks-")
         self._locks = {
-            gpu: DeviceLock(os.path.join(self._lock_dir, f"gpu{gpu}")) for gpu in self._gpus if gpu is not None
+            gpu: DeviceLock(os.path.join(self._lock_dir, f"gpu{gpu}"), MEMORY_SHARERS if cfg.shared_checks else 1)
+            for gpu in self._gpus
+            if gpu is not None
         }
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0

@@ -13,6 +13,10 @@ import sys
 from pipeline.config import AST_SIMILARITY_THRESHOLD, DEFAULT_PRESET, KERNELBENCH_JACCARD_THRESHOLD, WORKLOADS
 from pipeline.errors import OpsynthError, UsageError
 
+SHARED_CHECKS_HELP = (
+    "CUDA: let the checks (draws, output comparisons) of up to 3 tasks share a GPU; timings still hold it alone. "
+    "Not yet the default: measure it with opsynth bench execute first"
+)
 GENERATE_EXAMPLES = """examples:
   opsynth generate --out out --num-samples 20 --device cpu --workload tiny
   opsynth generate --out ops6k --preset ops6k --device cuda
@@ -49,6 +53,7 @@ def _add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime-window-ms", metavar="LO,HI", help="eager time window (default: the workload's)")
     p.add_argument("--timeout-s", type=float, help="per-task execution time limit (default: the workload's)")
     p.add_argument("--no-compile-check", action="store_true", help="skip the torch.compile run and comparison")
+    p.add_argument("--shared-checks", action="store_true", help=SHARED_CHECKS_HELP)
     p.add_argument(
         "--workers",
         type=int,
@@ -173,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check, else 2 per GPU)",
     )
     bench.add_argument("--no-compile-check", action="store_true")
+    bench.add_argument("--shared-checks", action="store_true", help=SHARED_CHECKS_HELP)
     bench.add_argument("--out", help="also write the result to this JSON file")
 
     cat = sub.add_parser(
@@ -265,6 +271,7 @@ def _execution_settings(args, remote: bool = False) -> dict:
         "timeout_s": _positive("--timeout-s", args.timeout_s, float) or wl.timeout_s,
         "compile_check": not args.no_compile_check,
         "workers": workers,
+        "shared_checks": args.shared_checks,
         **_decontamination_settings(args),
     }
 
@@ -363,7 +370,9 @@ def cmd_validate(args) -> int:
 
     tasks = read_tasks(args.input)
     s = _execution_settings(args)
-    execution = execution_config(s["device"], s["runtime_window_ms"], s["timeout_s"], s["compile_check"], s["workers"])
+    execution = execution_config(
+        s["device"], s["runtime_window_ms"], s["timeout_s"], s["compile_check"], s["workers"], s["shared_checks"]
+    )
     index = _load_kernelbench(s["kernelbench"])
     results = validate_tasks(tasks, execution, index, s["similarity_threshold"], s["jaccard_threshold"])
     if args.report:
@@ -408,7 +417,7 @@ def cmd_bench(args) -> int:
     n = _positive("--n", args.n)
     workers = _positive("--workers", args.workers) or _default_workers(device, not args.no_compile_check)
     stage = "execute" if args.stage == "gpu" else args.stage
-    result = run_bench(stage, n, workload, device, workers, not args.no_compile_check)
+    result = run_bench(stage, n, workload, device, workers, not args.no_compile_check, args.shared_checks)
     text = json.dumps(result, indent=2)
     if args.out:
         from pathlib import Path

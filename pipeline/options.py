@@ -30,6 +30,7 @@ class GenerateOptions:
     timeout_s: float  # per-candidate execution limit
     workers: int  # execution worker processes
     batch_size: int  # candidates handed to the worker pool at once
+    shared_checks: bool = False  # CUDA: a few tasks' checks may share a GPU (timings never do)
     work_dir: str | None = None  # round outputs and checkpoints, anywhere Beam can write (default DIR/.opsynth)
 
     def fingerprint(self) -> dict:
@@ -38,7 +39,7 @@ class GenerateOptions:
         d.pop("out")
         d.pop("work_dir")
         d["runtime_window_ms"] = list(self.runtime_window_ms)
-        for volatile in ("workers", "batch_size", "timeout_s"):
+        for volatile in ("workers", "batch_size", "timeout_s", "shared_checks"):
             d.pop(volatile)
         return d
 

@@ -92,7 +92,12 @@ def generator_version() -> str:
 
 
 def execution_config(
-    device: str, runtime_window_ms: tuple[float, float], timeout_s: float, compile_check: bool, workers: int
+    device: str,
+    runtime_window_ms: tuple[float, float],
+    timeout_s: float,
+    compile_check: bool,
+    workers: int,
+    shared_checks: bool = False,
 ) -> ExecutionConfig:
     """The execution settings, with the device's warm-up and timed iterations (`generate`, `validate`, `bench`)."""
     warmup, iters = TIMING[device]
@@ -104,6 +109,7 @@ def execution_config(
         warmup=warmup,
         iters=iters,
         workers=workers,
+        shared_checks=shared_checks,
     )
 
 
@@ -248,7 +254,12 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
 
     execution = execution_config(
-        options.device, options.runtime_window_ms, options.timeout_s, options.compile_check, options.workers
+        options.device,
+        options.runtime_window_ms,
+        options.timeout_s,
+        options.compile_check,
+        options.workers,
+        options.shared_checks,
     )
     selector = Selector(quota)
     dropped: Counter = Counter()  # (stage, reason) -> rejections
