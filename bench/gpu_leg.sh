@@ -4,7 +4,8 @@
 # folder into $OUT in parts of at most 15 MB; the next leg, which may start on a fresh machine, resumes it from
 # those parts put in .gpu-state/ (where RUN is absent). When the run finishes, the dataset folder (without its
 # work files) is packed as dataset.tgz, and with VALIDATE=1 the released examples in DATA (default .gpu-data) are
-# validated on the GPU. ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers).
+# validated on the GPU. With BENCH=1 the leg starts with `bench execute` (BENCH_N candidates, default 200) with
+# exclusive and with shared checks. ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 RUN=${RUN:-.gpu-run/ops6k}
@@ -14,6 +15,14 @@ mkdir -p "$OUT" "$(dirname "$RUN")"
 if [ ! -d "$RUN" ] && ls .gpu-state/run.tgz.* >/dev/null 2>&1; then
   cat .gpu-state/run.tgz.* | tar xzf - -C "$(dirname "$RUN")"
   echo "unpacked the carried run into $RUN"
+fi
+if [ -n "${BENCH:-}" ]; then  # the execution stage alone, exclusive and shared checks, before the leg
+  for mode in exclusive shared; do
+    flag=$([ "$mode" = shared ] && echo --shared-checks)
+    # shellcheck disable=SC2086
+    timeout 150 python3 -m pipeline bench execute --device cuda --workload gpu --n "${BENCH_N:-200}" $flag \
+      --out "$OUT/bench_$mode.json" >"$OUT/bench_$mode.log" 2>&1
+  done
 fi
 (while sleep 5; do
   done_batches=$(ls "$RUN/.opsynth/progress" 2>/dev/null | wc -l)
