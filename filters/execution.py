@@ -214,10 +214,11 @@ def _check_distinguishable(outs: list[list[torch.Tensor]], cfg: ExecutionConfig)
 def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None, exclusive: bool = False) -> Verdict:
     """Every execution check of one task, in-process; `WorkerPool` calls this inside its workers.
 
-    `device_lock`, shared by the workers of one GPU, is held while the task runs on the device (its draws and
-    its timings): kernels of two processes on one GPU slow each other, which would make a task's measured time
-    depend on its neighbour. Loading, and compiling (mostly CPU), overlap freely; with `exclusive` the lock is
-    held for the whole task, so no other task's device work runs meanwhile. Every verdict carries `phase_s`,
+    `device_lock`, shared by the workers of one GPU, is held while the task runs on the device: alone for its
+    timings, since kernels of two processes on one GPU slow each other, which would make a task's measured time
+    depend on its neighbour; in its shared mode (alone too, unless the lock has several slots) for its checks.
+    Loading, and compiling (mostly CPU), overlap freely; with `exclusive` the lock is held for the whole task,
+    so no other task's device work runs meanwhile. Every verdict carries `phase_s`,
     the seconds spent in each of `PHASES`."""
     lock = device_lock or contextlib.nullcontext()
     outer, inner = (lock, contextlib.nullcontext()) if exclusive else (contextlib.nullcontext(), lock)
