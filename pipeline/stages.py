@@ -318,14 +318,14 @@ class _ExecuteBatchFn(beam.DoFn):
                     on_result=checkpoint.add,
                 )
             checkpoint.flush()
+            for _, verdict, _ in fresh:  # where this run's workers' time went (not a checkpointed run's)
+                for phase, seconds in verdict.measurements.get("phase_s", {}).items():
+                    Metrics.counter(COUNTER_NAMESPACE, f"{WORKER_PREFIX}{phase}{TIME_SUFFIX}").inc(round(seconds * 1e6))
             results += fresh
         for candidate, verdict, steps in results:
             if steps:
                 Metrics.counter(COUNTER_NAMESPACE, "calibrated").inc()
-            # Where the workers' time went, summed per phase over the round; timing noise stays out of the rows.
-            phases = verdict.measurements.get("phase_s", {})
-            for phase, seconds in phases.items():
-                Metrics.counter(COUNTER_NAMESPACE, f"{WORKER_PREFIX}{phase}{TIME_SUFFIX}").inc(round(seconds * 1e6))
+            # Timing noise stays out of the records.
             measured = {k: v for k, v in verdict.measurements.items() if k != "phase_s"}
             verdict = Verdict(verdict.reason, verdict.detail, measured)
             yield from route(candidate.measured({"calibration_steps": steps}), verdict, "execute")
