@@ -12,6 +12,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from filters.execution import verdict_from_wire, verdict_to_wire
 from filters.reasons import Verdict
+from pipeline import workfiles
 from pipeline.records import Candidate
 
 Result = tuple[Candidate, Verdict, int]  # the final (possibly calibrated) candidate, its verdict, calibration steps
@@ -28,8 +29,7 @@ class ExecutionProgress:
         self.done: dict[str, Result] = {}
 
     def load(self) -> ExecutionProgress:
-        if not FileSystems.exists(self.folder):
-            FileSystems.mkdirs(self.folder)
+        workfiles.mkdirs(self.folder)  # several processes may load it at once
         for match in FileSystems.match([FileSystems.join(self.folder, "batch-*.jsonl")])[0].metadata_list:
             with FileSystems.open(match.path) as f:
                 for line in f.read().decode("utf-8").splitlines():

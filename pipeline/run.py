@@ -206,6 +206,7 @@ def _run_round(
         workfiles.delete_matching(workfiles.join(round_dir, leftover))
     prepared_files = workfiles.match(workfiles.join(round_dir, f"{PREPARED}-*.jsonl"))
     progress = workfiles.join(work_root, PROGRESS_DIR)
+    workfiles.mkdirs(progress)
     work = json.loads(workfiles.read_text(workfiles.join(round_dir, PREPARE_WORK_FILE)))
     executed = _run_pipeline(
         beam_args, lambda p: build_execute(p, prepared_files, options, execution, round_dir, progress, pool)

@@ -17,8 +17,13 @@ def exists(path: str) -> bool:
 
 
 def mkdirs(path: str) -> None:
+    """Create a folder unless present; another process creating it meanwhile is fine."""
     if not FileSystems.exists(path):
-        FileSystems.mkdirs(path)
+        try:
+            FileSystems.mkdirs(path)
+        except OSError:
+            if not FileSystems.exists(path):
+                raise
 
 
 def delete(path: str) -> None:
