@@ -32,6 +32,7 @@ from filters.reasons import CRASH, OUT_OF_MEMORY, RUNTIME_ERROR, TIMEOUT, Verdic
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch and creating a CUDA context, once per worker
 MEMORY_SHARERS = 3  # workers of one GPU whose memory budgets together make the allowed fraction
+SLOT_POLL_S = 0.005  # how often a task waiting to share a GPU looks for a free slot
 
 
 class DeviceLock:
@@ -87,17 +88,17 @@ class DeviceLock:
             fcntl.flock(slot, fcntl.LOCK_UN)
 
     def _take_slot(self) -> int:
-        """One of the `slots` slot files, locked: a free one if any, else wait for one."""
-        for k in range(self.slots):
-            fd = self._fd(f"slot{k}")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except BlockingIOError:
-                continue
-        fd = self._fd(f"slot{os.getpid() % self.slots}")
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return fd
+        """One of the `slots` slot files, locked: the first free one, looked for again every few ms until one is
+        (flock cannot wait on any of several files)."""
+        while True:
+            for k in range(self.slots):
+                fd = self._fd(f"slot{k}")
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return fd
+                except BlockingIOError:
+                    continue
+            time.sleep(SLOT_POLL_S)
 
 
 @dataclass(frozen=True)
