@@ -28,6 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils.shared import Shared
 
 from filters.execution import ExecutionConfig, device_name
+from filters.reasons import one_line
 from filters.workers import WorkerPool
 from operator_catalog import catalog_version
 from operator_catalog.registry import sampleable
@@ -187,19 +188,32 @@ def _run_round(
     work_root: str,
     beam_args: list[str],
     pool: Shared,
+    log=print,
 ) -> None:
     """Run one round: its CPU stages, then its execution. A round interrupted during its CPU stages is redone
     whole; one interrupted during its execution starts that again (the checkpoints keep the finished batches)."""
-    prepared = workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER))
-    if not prepared:
+
+    def prepare(args: list[str]) -> dict[str, float]:
         workfiles.delete(round_dir)
         workfiles.mkdirs(round_dir)
-        work = _run_pipeline(
-            _prepare_args(beam_args, len(specs)),
+        return _run_pipeline(
+            args,
             lambda p: build_prepare(
                 p, specs, options, seen_keys, round_dir, selector.graph_caps(), selector.graph_rows()
             ),
         )
+
+    if not workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
+        several = _prepare_args(beam_args, len(specs))
+        try:
+            work = prepare(several)
+        except Exception as e:
+            if several == beam_args:
+                raise
+            # Only an optimization of ours failed (Beam's multi-process mode, on a machine that lacks what it
+            # needs): the same stages in this process.
+            log(f"the CPU stages on several processes failed ({one_line(e)}); running them in this process")
+            work = prepare(beam_args)
         workfiles.write_text(workfiles.join(round_dir, PREPARE_WORK_FILE), json.dumps(work, sort_keys=True))
         workfiles.write_text(workfiles.join(round_dir, PREPARED_MARKER), "")
     for leftover in (f"{ACCEPTED}-*", f"{EXECUTE_REJECTED}-*", "beam-temp-*"):
@@ -294,7 +308,16 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
                 if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
                     log(f"round {r}: its CPU stages were done; resuming at its execution")
                 _run_round(
-                    specs, options, execution, frozenset(seen_keys), selector, round_dir, work_root, beam_args, pool
+                    specs,
+                    options,
+                    execution,
+                    frozenset(seen_keys),
+                    selector,
+                    round_dir,
+                    work_root,
+                    beam_args,
+                    pool,
+                    log,
                 )
             records = workfiles.read_jsonl_glob
             new_accepted = [Candidate.from_json(d) for d in records(workfiles.join(round_dir, f"{ACCEPTED}-*.jsonl"))]

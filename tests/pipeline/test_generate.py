@@ -181,3 +181,13 @@ def test_workers_start_early_only_where_the_pipelines_run_in_this_process():
     assert _runs_in_this_process(["--direct_running_mode", "multi_threading", "--direct_num_workers", "2"])
     assert not _runs_in_this_process(["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"])
     assert not _runs_in_this_process(["--runner", "DataflowRunner"])
+
+
+def test_cpu_stages_fall_back_to_this_process_when_several_processes_fail(monkeypatch, tmp_path, capsys):
+    import pipeline.run
+
+    monkeypatch.setattr(pipeline.run, "_prepare_args", lambda args, n: [*args, "--runner", "NoSuchRunner"])
+    argv = ["generate", "--out", str(tmp_path / "o"), "--num-samples", "4", "--seed", "2", *TINY, "--no-compile-check"]
+    assert main(argv) == 0
+    assert "the CPU stages on several processes failed" in capsys.readouterr().out
+    assert len(load_dataset(str(tmp_path / "o"), split="train")) == 4
