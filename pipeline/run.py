@@ -191,7 +191,7 @@ def _run_round(
     log=print,
 ) -> None:
     """Run one round: its CPU stages, then its execution. A round interrupted during its CPU stages is redone
-    whole; one interrupted during its execution starts that again (the checkpoints keep the finished batches)."""
+    whole; one interrupted during its execution starts that again (its checkpointed results are reused)."""
 
     def prepare(args: list[str]) -> dict[str, float]:
         workfiles.delete(round_dir)
