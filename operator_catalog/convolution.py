@@ -35,32 +35,17 @@ def _geometry(ctx: SampleContext, name: str, transposed: bool) -> _Geometry:
     return _Geometry(kernel, tuple(kwargs))
 
 
-def _conv(name: str, spatial_dims: int, transposed: bool):
+def _conv(name: str, transposed: bool, lazy: bool = False):
+    """A module convolution; a lazy one (nn.LazyConv*) infers its input channels, so it is not given them."""
+
     def sample(ctx: SampleContext) -> OpCall:
         g = _geometry(ctx, name, transposed)
+        in_channels = () if lazy else (Hoisted("in_channels", ctx.x.shape[1]),)
         return OpCall(
             name=name,
             style="module",
             target=name,
-            init_args=(
-                Hoisted("in_channels", ctx.x.shape[1]),
-                Hoisted("out_channels", ctx.out_channels()),
-                Hoisted("kernel_size", g.kernel),
-            ),
-            init_kwargs=g.kwargs,
-        )
-
-    return sample
-
-
-def _lazy_conv(name: str, transposed: bool):
-    def sample(ctx: SampleContext) -> OpCall:
-        g = _geometry(ctx, name, transposed)
-        return OpCall(
-            name=name,
-            style="module",
-            target=name,
-            init_args=(Hoisted("out_channels", ctx.out_channels()), Hoisted("kernel_size", g.kernel)),
+            init_args=(*in_channels, Hoisted("out_channels", ctx.out_channels()), Hoisted("kernel_size", g.kernel)),
             init_kwargs=g.kwargs,
         )
 
@@ -94,7 +79,7 @@ ENTRIES = [
         OpEntry(
             name=f"nn.{kind}{d}d",
             family=FAMILY,
-            sampler=_conv(f"nn.{kind}{d}d", d, kind.startswith("ConvT")),
+            sampler=_conv(f"nn.{kind}{d}d", kind.startswith("ConvT")),
             ranks=(d + 2,),
         )
         for kind in ("Conv", "ConvTranspose")
@@ -112,7 +97,7 @@ ENTRIES = [
         )
     ),
     *(
-        OpEntry(name=name, family=FAMILY, sampler=_lazy_conv(name, "Transpose" in name), ranks=(d + 2,))
+        OpEntry(name=name, family=FAMILY, sampler=_conv(name, "Transpose" in name, lazy=True), ranks=(d + 2,))
         for name, d in (
             ("nn.LazyConv3d", 3),
             ("nn.LazyConvTranspose1d", 1),
