@@ -1,7 +1,9 @@
 """Isolated execution: a pool of worker processes that each own one device context.
 
 A worker that segfaults, hangs past the time limit or hits a CUDA error is killed and replaced; only its
-task is lost, as a `crash`, `timeout` or `runtime_error` verdict, like a dead-letter record.
+task is lost, as a `crash`, `timeout` or `runtime_error` verdict, like a dead-letter record. The time limit
+counts a task's own work, not its waits for the GPU; and a task that holds its GPU past `hold_limit_s` at once
+is killed there, since every other worker of the GPU waits for it meanwhile.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ from filters.reasons import CRASH, OUT_OF_MEMORY, RUNTIME_ERROR, TIMEOUT, Verdic
 STARTUP_TIMEOUT_S = 300.0  # importing torch and creating a CUDA context, once per worker
 MEMORY_SHARERS = 3  # workers of one GPU whose memory budgets together make the allowed fraction
 SLOT_POLL_S = 0.005  # how often a task waiting to share a GPU looks for a free slot
+HOLD_LIMIT_S = 15.0  # the least time a task may hold its GPU at once (see hold_limit_s)
+POLL_S = 0.25  # how often the pool looks at its busy workers' device holds and waits
+# A worker's watch: what its DeviceLock reports, in a shared array the pool reads (monotonic clock seconds).
+HOLD_SINCE, WAIT_SINCE, WAITED_S = range(3)
 
 
 class DeviceLock:
@@ -48,9 +54,43 @@ class DeviceLock:
         self.path = path
         self.slots = slots
         self._fds: dict[str, int] | None = None  # opened lazily, in the process that uses them
+        self._watch = None  # where this process reports its holds and waits (see `watch`)
+        self._holds_watched = True
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "slots": self.slots, "_fds": None}
+        return {"path": self.path, "slots": self.slots, "_fds": None, "_watch": None, "_holds_watched": True}
+
+    def watch(self, state) -> None:
+        """Report this process's holds and waits into `state` (a shared array of HOLD_SINCE, WAIT_SINCE and
+        WAITED_S), for the pool that set it up."""
+        self._watch = state
+
+    @contextlib.contextmanager
+    def unwatched_holds(self):
+        """Holds taken meanwhile are not reported (a task that holds the lock for all of its work, compiling
+        included, is bound by the task's time limit only); waits still are."""
+        self._holds_watched = False
+        try:
+            yield
+        finally:
+            self._holds_watched = True
+
+    def _waiting(self) -> None:
+        if self._watch is not None:
+            self._watch[WAIT_SINCE] = time.monotonic()
+
+    def _holding(self) -> None:
+        if self._watch is not None:
+            now = time.monotonic()
+            if self._watch[WAIT_SINCE]:
+                self._watch[WAITED_S] += now - self._watch[WAIT_SINCE]
+            self._watch[WAIT_SINCE] = 0.0
+            if self._holds_watched:
+                self._watch[HOLD_SINCE] = now
+
+    def _released(self) -> None:
+        if self._watch is not None:
+            self._watch[HOLD_SINCE] = 0.0
 
     def _fd(self, name: str) -> int:
         if self._fds is None:
@@ -61,11 +101,14 @@ class DeviceLock:
         return self._fds[name]
 
     def __enter__(self) -> DeviceLock:
+        self._waiting()
         fcntl.flock(self._fd("turnstile"), fcntl.LOCK_EX)
         fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
+        self._holding()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._released()
         fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
         fcntl.flock(self._fd("turnstile"), fcntl.LOCK_UN)
 
@@ -75,14 +118,17 @@ class DeviceLock:
             with self:
                 yield self
             return
+        self._waiting()
         slot = self._take_slot()
         try:
             fcntl.flock(self._fd("turnstile"), fcntl.LOCK_EX)  # wait behind an exclusive holder
             fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
             fcntl.flock(self._fd("turnstile"), fcntl.LOCK_UN)
+            self._holding()
             try:
                 yield self
             finally:
+                self._released()
                 fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
         finally:
             fcntl.flock(slot, fcntl.LOCK_UN)
@@ -108,9 +154,12 @@ class Job:
     seed: int  # seeds the model's parameters and the input draws
 
 
-def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None, device_lock) -> None:
+def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None, device_lock, watch) -> None:
     # A worker whose parent dies sees EOF on its pipe and exits: no orphan keeps a GPU context.
     import torch
+
+    if device_lock is not None:
+        device_lock.watch(watch)
 
     sharers = _workers_per_gpu(cfg)
     if gpu_index is None:
@@ -140,7 +189,8 @@ def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None, 
             # Other workers' tensors may have been what was missing: once more, holding the GPU throughout,
             # under the whole budget.
             torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
-            verdict = _run_job(job, cfg, device_lock, exclusive=True)
+            with device_lock.unwatched_holds():  # the lock is held while it compiles, too
+                verdict = _run_job(job, cfg, device_lock, exclusive=True)
             torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, sharers))
         conn.send(("done", verdict_to_wire(verdict)))
         if is_fatal_cuda_error(verdict):
@@ -152,6 +202,26 @@ def _run_job(job: Job, cfg: ExecutionConfig, device_lock, exclusive: bool = Fals
         return run_checks(job.source, job.seed, cfg, device_lock, exclusive)
     except Exception as e:  # a checker bug must cost one task, not the worker's queue
         return Verdict(RUNTIME_ERROR, f"checker failed: {one_line(e)}")
+
+
+def hold_limit_s(cfg: ExecutionConfig) -> float:
+    """The longest a task may hold its GPU at once: 100 forwards at the top of the runtime window, and at least
+    HOLD_LIMIT_S (a first forward sets up kernels; the profiler starts). A task past it is far above the window,
+    and every other worker of the GPU would wait for it: the pool kills it there."""
+    return max(HOLD_LIMIT_S, 100 * cfg.runtime_window_ms[1] / 1e3)
+
+
+def overdue(watch, started: float, now: float, timeout_s: float, hold_limit: float) -> str | None:
+    """Why a worker's task, begun at `started`, is to be stopped at `now`, if it is: it has held its GPU past
+    `hold_limit` at once, or worked (its waits for the GPU not counted) past `timeout_s`."""
+    if watch[HOLD_SINCE] and now - watch[HOLD_SINCE] > hold_limit:
+        return f"held the GPU for more than {hold_limit:g} s at once (its device work is far above the window)"
+    waited = watch[WAITED_S] + (now - watch[WAIT_SINCE] if watch[WAIT_SINCE] else 0.0)
+    if now - started - waited >= timeout_s:
+        return f"no verdict within {timeout_s:g} s" + (
+            f" (besides {waited:.0f} s waiting for the GPU)" if waited >= 1 else ""
+        )
+    return None
 
 
 def memory_share(fraction: float, sharers: int) -> float:
@@ -182,13 +252,23 @@ def _describe_exit(code: int | None) -> str:
 class _Worker:
     def __init__(self, ctx, cfg: ExecutionConfig, gpu_index: int | None, device_lock):
         self.parent, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, cfg, gpu_index, device_lock), daemon=True)
+        self.watch = ctx.RawArray("d", 3)  # HOLD_SINCE, WAIT_SINCE, WAITED_S of the job in hand
+        self.process = ctx.Process(
+            target=_worker_main, args=(child, cfg, gpu_index, device_lock, self.watch), daemon=True
+        )
         self.process.start()
         child.close()
         self.gpu_index = gpu_index
         self.ready = False
         self.job: int | None = None  # the index of the job in hand
-        self.deadline = time.monotonic() + STARTUP_TIMEOUT_S  # to start, then to finish the job in hand
+        self.started = time.monotonic()  # when the job in hand was handed over
+        self.deadline = self.started + STARTUP_TIMEOUT_S  # to start
+
+    def hand(self, index: int, job: Job) -> None:
+        """Give the worker job `index` (raises BrokenPipeError or OSError where it has died)."""
+        self.watch[:] = [0.0, 0.0, 0.0]  # the worker is idle: nothing else writes it now
+        self.parent.send(job)
+        self.job, self.started = index, time.monotonic()
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -221,6 +301,7 @@ class WorkerPool:
             for gpu in self._gpus
             if gpu is not None
         }
+        self.hold_limit_s = hold_limit_s(cfg)
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
         self._run_lock = threading.Lock()  # threads of one process (Beam's multi_threading mode) take turns
@@ -242,6 +323,16 @@ class WorkerPool:
         self._workers[slot].kill()
         self._workers[slot] = self._spawn(slot)
         self.replaced += 1
+
+    def wait_ready(self) -> None:
+        """Blocks until every worker is up (torch imported, its device set up): start-up kept apart from work."""
+        with self._run_lock:
+            while starting := [w for w in self._workers if not w.ready]:
+                wait([w.parent for w in starting] + [w.process.sentinel for w in starting], timeout=POLL_S)
+                now = time.monotonic()
+                for slot, w in enumerate(self._workers):
+                    if not w.ready:
+                        self._collect(slot, w, now)
 
     def run(
         self,
@@ -270,24 +361,19 @@ class WorkerPool:
                 pending.appendleft((index, again))
 
         while pending or any(w.job is not None for w in self._workers):
-            now = time.monotonic()
             for slot, w in enumerate(self._workers):
                 if w.ready and w.job is None and pending:
                     index, job = pending.popleft()
                     try:
-                        w.parent.send(job)
+                        w.hand(index, job)
                     except (BrokenPipeError, OSError):
                         pending.appendleft((index, job))
                         self._replace(slot)
-                        continue
-                    w.job, w.deadline = index, now + self.cfg.timeout_s
             busy = [w for w in self._workers if w.job is not None or not w.ready]
             if not busy:
                 continue
-            wait(
-                [w.parent for w in busy] + [w.process.sentinel for w in busy],
-                timeout=max(0.0, min(w.deadline for w in busy) - time.monotonic()),
-            )
+            # Woken by a message or a death; else every POLL_S, to look at the jobs' holds and waits.
+            wait([w.parent for w in busy] + [w.process.sentinel for w in busy], timeout=POLL_S)
             now = time.monotonic()
             for slot, w in enumerate(self._workers):
                 done = self._collect(slot, w, now)
@@ -320,10 +406,12 @@ class WorkerPool:
                 raise RuntimeError(f"an execution worker failed to start ({_describe_exit(w.process.exitcode)})")
             self._replace(slot)
             return done
-        if w.job is not None and now >= w.deadline:
-            done = (w.job, Verdict(TIMEOUT, f"no verdict within {self.cfg.timeout_s:g} s"))
-            self._replace(slot)
-            return done
+        if w.job is not None:
+            why = overdue(w.watch, w.started, now, self.cfg.timeout_s, self.hold_limit_s)
+            if why is not None:
+                done = (w.job, Verdict(TIMEOUT, why))
+                self._replace(slot)
+                return done
         if not w.ready and now >= w.deadline:
             raise RuntimeError(f"an execution worker did not start within {STARTUP_TIMEOUT_S:g} s")
         return None

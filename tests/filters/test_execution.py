@@ -235,3 +235,74 @@ def test_with_one_slot_a_device_locks_shared_mode_is_exclusive(tmp_path):
     release_b.set()
     thread_a.join(5)
     thread_b.join(5)
+
+
+class _LockedCPUPool(WorkerPool):
+    """A CPU pool whose workers share one device lock, as the workers of a GPU do."""
+
+    def _spawn(self, slot):
+        import os
+
+        from filters.workers import DeviceLock
+
+        self._locks.setdefault(None, DeviceLock(os.path.join(self._lock_dir, "cpu")))
+        return super()._spawn(slot)
+
+
+SLOW_TO_BUILD = fixtures.task("return x * 2", "import time\ntime.sleep(0.3)")
+
+
+def test_tasks_waiting_for_a_hung_gpu_holder_are_not_timed_out_and_a_long_holder_is_stopped():
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 20.0), timeout_s=2.0, compile_check=False,
+                          warmup=1, iters=2, workers=2)  # fmt: skip
+    with _LockedCPUPool(cfg) as pool:
+        pool.hold_limit_s = 60.0
+        pool.wait_ready()
+        # The hung task takes the lock while the other builds its model, and then waits past its time limit.
+        hung, waiting = pool.run([Job("hang", fixtures.HANG, 1), Job("slow", SLOW_TO_BUILD, 1)])
+        assert hung.reason == TIMEOUT and hung.detail == "no verdict within 2 s"
+        assert waiting.kept, waiting
+        assert waiting.measurements["phase_s"]["lock_wait"] > 1.5
+        pool.hold_limit_s = 1.0
+        (hung,) = pool.run([Job("hang", fixtures.HANG, 1)])
+    assert hung.reason == TIMEOUT and "held the GPU for more than 1 s at once" in hung.detail
+
+
+def test_the_time_limit_counts_work_not_waits_for_the_gpu():
+    from filters.workers import HOLD_SINCE, WAIT_SINCE, WAITED_S, overdue
+
+    def watch(hold=0.0, wait=0.0, waited=0.0):
+        w = [0.0] * 3
+        w[HOLD_SINCE], w[WAIT_SINCE], w[WAITED_S] = hold, wait, waited
+        return w
+
+    assert overdue(watch(), 100.0, 105.0, 10.0, 15.0) is None
+    assert overdue(watch(), 100.0, 111.0, 10.0, 15.0) == "no verdict within 10 s"
+    assert overdue(watch(waited=4.0), 100.0, 111.0, 10.0, 15.0) is None  # 7 s of work
+    assert overdue(watch(wait=103.0), 100.0, 130.0, 10.0, 15.0) is None  # waiting since 3 s in
+    assert "besides 4 s waiting" in overdue(watch(waited=4.0), 100.0, 115.0, 10.0, 15.0)
+    assert overdue(watch(hold=101.0), 100.0, 109.0, 10.0, 15.0) is None
+    assert "held the GPU for more than 5 s" in overdue(watch(hold=101.0), 100.0, 107.0, 10.0, 5.0)
+
+
+def test_a_device_lock_reports_its_holds_and_waits(tmp_path):
+    from filters.workers import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock
+
+    path = str(tmp_path / "gpu0")
+    a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path))
+    assert a.wait(5)
+    watch = [0.0] * 3
+    lock = DeviceLock(path)
+    lock.watch(watch)
+    b, release_b, thread_b = _enter_in_thread(lambda: lock)
+    assert not b.wait(0.3)
+    assert watch[WAIT_SINCE] > 0 and watch[HOLD_SINCE] == 0
+    release_a.set()
+    assert b.wait(5)
+    assert watch[WAITED_S] >= 0.3 and watch[WAIT_SINCE] == 0 and watch[HOLD_SINCE] > 0
+    release_b.set()
+    thread_b.join(5)
+    thread_a.join(5)
+    assert watch[HOLD_SINCE] == 0
+    with lock.unwatched_holds(), lock:
+        assert watch[HOLD_SINCE] == 0
