@@ -123,10 +123,13 @@ def test_checks_on_cuda():
     cfg = ExecutionConfig(device="cuda", runtime_window_ms=(0.0, 100.0), timeout_s=120, compile_check=True, workers=2)
     with WorkerPool(cfg) as pool:
         jobs = [Job("good", fixtures.GOOD, 1), Job("random", fixtures.STOCHASTIC, 1), Job("segv", fixtures.SEGFAULT, 1)]
-        good, stochastic, segfault = pool.run(jobs)
+        jobs += [Job("nan", fixtures.NAN, 1), Job("constant", fixtures.CONSTANT, 1)]
+        good, stochastic, segfault, nan, constant = pool.run(jobs)
     assert good.kept and good.measurements["device_name"].startswith("NVIDIA")
     assert stochastic.reason == NOT_DETERMINISTIC
     assert segfault.reason == CRASH
+    assert nan.reason == NOT_FINITE  # the device's min and max see the NaN, as the CPU's do
+    assert constant.reason == INDISTINGUISHABLE_OUTPUTS
 
 
 def _hold_and_die(path):
@@ -306,3 +309,41 @@ def test_a_device_lock_reports_its_holds_and_waits(tmp_path):
     assert watch[HOLD_SINCE] == 0
     with lock.unwatched_holds(), lock:
         assert watch[HOLD_SINCE] == 0
+
+
+def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
+    from filters.execution import CheckFailed, _check_distinguishable, _check_outputs, _float_ranges, tensors_close
+
+    base = torch.randn(64, 128)  # past the probe: 8,192 elements
+    late = base.clone()
+    late[-1, -1] += 1.0  # differs only after the probed elements
+    assert tensors_close(base, base.clone(), 1e-2, 1e-2)
+    assert not tensors_close(base, late, 1e-2, 1e-2)
+    assert not tensors_close(base, base + 1.0, 1e-2, 1e-2)
+    assert tensors_close(base.t(), base.clone().t(), 1e-2, 1e-2)  # not contiguous: compared in full
+    assert not tensors_close(base.t(), late.t(), 1e-2, 1e-2)
+
+    def judged(outputs):
+        try:
+            outs = [[t] for t in outputs]
+            _check_distinguishable(outs, CPU, _float_ranges(outs))
+        except CheckFailed as failed:
+            return failed.verdict.detail
+        return "distinguishable"
+
+    zeros, ones = torch.zeros(10_000), torch.ones(10_000)
+    assert judged([zeros, zeros + 1e-3]) == "outputs of input draws 0 and 1 agree within tolerance"
+    spike = zeros.clone()
+    spike[-1] = 5.0  # zero on the probe, not beyond it
+    assert judged([zeros + 1.0, spike]) == "distinguishable"
+    assert judged([spike, spike * 2]) == "distinguishable"
+    assert judged([ones, ones * 2]) == "each output is a constant within tolerance"
+    step = ones.clone()
+    step[-1] = 3.0
+    assert judged([ones, step * 2]) == "distinguishable"
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        holed = base.clone()
+        holed[-1, -1] = bad
+        with pytest.raises(CheckFailed) as failed:
+            _check_outputs([[base], [holed]], [base], CPU)
+        assert failed.value.verdict.reason == NOT_FINITE
