@@ -355,7 +355,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
             )
             log(
                 f"round {r}: {len(new_accepted)} accepted, {len(new_rejected)} rejected"
-                + (" (resumed)" if resumed else "")
+                + (" (resumed)" if resumed else f" in {rounds[-1]['wall_s']:.0f} s")
             )
             del new_accepted, new_rejected, chosen, skipped, rejections
     finally:

@@ -7,6 +7,7 @@ both per reason, so the top of the pipeline reads as a short chain of labelled s
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Iterable, Iterator
 
@@ -257,18 +258,41 @@ class DedupWithinSet(beam.PTransform):
         return {KEPT: limited[KEPT], REJECTED: rejected}
 
 
+class _Tally:
+    """This process's fresh verdicts in one execution stage, reported (to stderr) as they are checkpointed."""
+
+    def __init__(self):
+        self.checked = self.kept = 0
+        self.started: float | None = None
+
+    def start(self) -> None:
+        if self.started is None:
+            self.started = time.monotonic()
+
+    def add(self, verdict: Verdict) -> None:
+        self.checked += 1
+        self.kept += verdict.kept
+
+    def report(self) -> None:
+        elapsed = time.monotonic() - (self.started or time.monotonic())
+        rate = f", {self.checked / elapsed:.1f}/s" if elapsed > 0 else ""
+        print(f"  executed {self.checked:,} candidates, kept {self.kept:,} ({elapsed:.0f} s{rate})", file=sys.stderr)
+
+
 class _Checkpointer:
     """Writes a batch's results to the run's checkpoints as they come in, at most every CHECKPOINT_EVERY_S, so
     a run stopped mid-batch loses only the last seconds of work, however large the batch."""
 
-    def __init__(self, progress: ExecutionProgress, entered: list[Candidate]):
+    def __init__(self, progress: ExecutionProgress, entered: list[Candidate], tally: _Tally):
         self.progress = progress
         self.entered = entered
+        self.tally = tally
         self.pending: list[tuple[Candidate, tuple]] = []
         self.last = time.monotonic()
 
     def add(self, i: int, result: tuple) -> None:
         self.pending.append((self.entered[i], result))
+        self.tally.add(result[1])
         if time.monotonic() - self.last >= CHECKPOINT_EVERY_S:
             self.flush()
 
@@ -276,6 +300,7 @@ class _Checkpointer:
         if self.pending:
             self.progress.record([c for c, _ in self.pending], [r for _, r in self.pending])
             self.pending = []
+            self.tally.report()
         self.last = time.monotonic()
 
 
@@ -288,6 +313,7 @@ class _ExecuteBatchFn(beam.DoFn):
         self.shared_pool = pool
         self.pool: WorkerPool | None = None
         self.progress: ExecutionProgress | None = None
+        self.tally = _Tally()
 
     def setup(self) -> None:
         # One pool per process for every pipeline given the same handle: a run's rounds start workers once.
@@ -304,7 +330,8 @@ class _ExecuteBatchFn(beam.DoFn):
                 results.append(checkpointed)
         Metrics.counter(COUNTER_NAMESPACE, "execute_reused").inc(len(results))
         if todo:
-            checkpoint = _Checkpointer(self.progress, todo)
+            self.tally.start()
+            checkpoint = _Checkpointer(self.progress, todo, self.tally)
             with stage_clock("execute"):
                 fresh = run_calibrated(
                     self.pool,

@@ -6,6 +6,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.shared import Shared
 
 from filters.execution import ExecutionConfig
+from filters.reasons import KEEP, RUNTIME_BELOW_WINDOW, Verdict
 from pipeline.config import WORKLOADS
 from pipeline.records import Candidate, CandidateSpec, candidate_seed
 from pipeline.stages import (
@@ -104,7 +105,7 @@ def test_pipelines_given_one_pool_handle_start_execution_workers_once(monkeypatc
     assert not made[0]._finalizer.alive and not any(w.process.is_alive() for w in made[0]._workers)
 
 
-def test_a_batch_is_checkpointed_as_its_results_come_in(monkeypatch):
+def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reported(monkeypatch, capsys):
     import pipeline.stages
 
     recorded: list[list[int]] = []
@@ -114,13 +115,17 @@ def test_a_batch_is_checkpointed_as_its_results_come_in(monkeypatch):
             recorded.append([c.index for c in entered])
 
     candidates = [_candidate(i, fixtures.GOOD) for i in range(3)]
-    checkpoint = pipeline.stages._Checkpointer(Progress(), candidates)
-    checkpoint.add(2, "result of 2")
-    checkpoint.add(0, "result of 0")
+    tally = pipeline.stages._Tally()
+    tally.start()
+    checkpoint = pipeline.stages._Checkpointer(Progress(), candidates, tally)
+    checkpoint.add(2, (candidates[2], Verdict(KEEP, ""), 0))
+    checkpoint.add(0, (candidates[0], Verdict(RUNTIME_BELOW_WINDOW, "eager 0.1 ms < 1.0 ms"), 2))
     assert recorded == []  # within the interval: held
     checkpoint.flush()
     assert recorded == [[2, 0]]
+    assert "executed 2 candidates, kept 1" in capsys.readouterr().err
     monkeypatch.setattr(pipeline.stages, "CHECKPOINT_EVERY_S", 0.0)
-    checkpoint.add(1, "result of 1")
+    checkpoint.add(1, (candidates[1], Verdict(KEEP, ""), 0))
     checkpoint.flush()  # nothing left to write
     assert recorded == [[2, 0], [1]]
+    assert "executed 3 candidates, kept 2" in capsys.readouterr().err
