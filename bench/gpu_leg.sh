@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One leg of a long `generate` run on a CUDA machine, from the repository root: runs (or resumes) the run in RUN
-# for at most LEG_S seconds, samples the GPU's use and the batches checkpointed every 5 s, and packs the run
+# for at most LEG_S seconds, samples the GPU's use and the verdicts checkpointed every 5 s, and packs the run
 # folder into $OUT in parts of at most 15 MB; the next leg, which may start on a fresh machine, resumes it from
 # those parts put in .gpu-state/ (where RUN is absent). When the run finishes, the dataset folder (without its
-# work files) is packed as dataset.tgz, and with VALIDATE=1 the released examples in DATA (default .gpu-data) are
-# validated on the GPU. With BENCH=1 the leg starts with `bench execute` (BENCH_N candidates, default 200) with
-# exclusive and with shared checks. ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers).
+# work files) is packed as dataset.tgz.* parts, and with VALIDATE=1 the released examples in DATA (default
+# .gpu-data) are validated on the GPU. With BENCH=1 the leg starts with `bench execute` (BENCH_N candidates,
+# default 200) with exclusive and with shared checks. ARGS: generate's options after --out (default: ops6k on
+# CUDA, 14 workers).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 RUN=${RUN:-.gpu-run/ops6k}
@@ -21,12 +22,13 @@ if [ -n "${BENCH:-}" ]; then  # the execution stage alone, exclusive and shared 
     flag=$([ "$mode" = shared ] && echo --shared-checks)
     # shellcheck disable=SC2086
     timeout 150 python3 -m pipeline bench execute --device cuda --workload gpu --n "${BENCH_N:-200}" $flag \
-      --out "$OUT/bench_$mode.json" >"$OUT/bench_$mode.log" 2>&1
+      --out "$OUT/bench_$mode.json" >>"$OUT/bench.log" 2>&1
   done
 fi
-(while sleep 5; do
-  done_batches=$(ls "$RUN/.opsynth/progress" 2>/dev/null | wc -l)
-  echo "$(date +%T), $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader), $done_batches"
+(while sleep 5; do  # time, GPU use, GPU memory, checkpointed verdicts, of which kept
+  verdicts=$(cat "$RUN"/.opsynth/progress/*.jsonl 2>/dev/null | wc -l)
+  kept=$(cat "$RUN"/.opsynth/progress/*.jsonl 2>/dev/null | grep -c '"reason": "keep"')
+  echo "$(date +%T), $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader), $verdicts, $kept"
 done) >"$OUT/gpu.csv" 2>&1 &
 monitor=$!
 # shellcheck disable=SC2086
@@ -36,7 +38,7 @@ kill "$monitor" 2>/dev/null
 echo "generate exited with $status" | tee -a "$OUT/leg.log"
 if [ -f "$RUN/stats.json" ]; then
   cp "$RUN/stats.json" "$OUT/stats.json"
-  tar czf "$OUT/dataset.tgz" -C "$(dirname "$RUN")" --exclude=.opsynth "$(basename "$RUN")"
+  tar czf - -C "$(dirname "$RUN")" --exclude=.opsynth "$(basename "$RUN")" | split -b 15M - "$OUT/dataset.tgz."
   if [ -n "${VALIDATE:-}" ]; then  # the released examples re-measured on this GPU, for the comparison
     timeout 240 python3 -m pipeline validate "${DATA:-.gpu-data}/ops6k_examples.parquet" --device cuda \
       --no-compile-check --workers 4 --report "$OUT/validate.jsonl" >"$OUT/validate.log" 2>&1
