@@ -3,10 +3,9 @@
 # for at most LEG_S seconds, samples the GPU's use and the verdicts checkpointed every 5 s, and packs the run
 # folder into $OUT in parts of at most 15 MB; the next leg, which may start on a fresh machine, resumes it from
 # those parts put in .gpu-state/ (where RUN is absent). When the run finishes, the dataset folder (without its
-# work files) is packed as dataset.tgz.* parts, and with VALIDATE=1 the released examples in DATA (default
-# .gpu-data) are validated on the GPU. With BENCH=1 the leg starts with `bench execute` (BENCH_N candidates,
-# default 200) with exclusive and with shared checks. ARGS: generate's options after --out (default: ops6k on
-# CUDA, 14 workers).
+# work files) is packed as dataset.tgz.* parts. Before the leg, VALIDATE=1 validates the released examples in
+# DATA (default .gpu-data) on the GPU, and BENCH=1 runs `bench execute` (BENCH_N candidates, default 200) with
+# exclusive and with shared checks. ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 RUN=${RUN:-.gpu-run/ops6k}
@@ -16,6 +15,10 @@ mkdir -p "$OUT" "$(dirname "$RUN")"
 if [ ! -d "$RUN" ] && ls .gpu-state/run.tgz.* >/dev/null 2>&1; then
   cat .gpu-state/run.tgz.* | tar xzf - -C "$(dirname "$RUN")"
   echo "unpacked the carried run into $RUN"
+fi
+if [ -n "${VALIDATE:-}" ]; then  # the released examples re-measured on this GPU, for the comparison
+  timeout 240 python3 -m pipeline validate "${DATA:-.gpu-data}/ops6k_examples.parquet" --device cuda \
+    --no-compile-check --workers 4 --report "$OUT/validate.jsonl" >"$OUT/validate.log" 2>&1
 fi
 if [ -n "${BENCH:-}" ]; then  # the execution stage alone, exclusive and shared checks, before the leg
   for mode in exclusive shared; do
@@ -39,10 +42,6 @@ echo "generate exited with $status" | tee -a "$OUT/leg.log"
 if [ -f "$RUN/stats.json" ]; then
   cp "$RUN/stats.json" "$OUT/stats.json"
   tar czf - -C "$(dirname "$RUN")" --exclude=.opsynth "$(basename "$RUN")" | split -b 15M - "$OUT/dataset.tgz."
-  if [ -n "${VALIDATE:-}" ]; then  # the released examples re-measured on this GPU, for the comparison
-    timeout 240 python3 -m pipeline validate "${DATA:-.gpu-data}/ops6k_examples.parquet" --device cuda \
-      --no-compile-check --workers 4 --report "$OUT/validate.jsonl" >"$OUT/validate.log" 2>&1
-  fi
 else
   tar czf - -C "$(dirname "$RUN")" "$(basename "$RUN")" | split -b 15M - "$OUT/run.tgz."
 fi
