@@ -85,3 +85,22 @@ def ops_faithful(source: str, ops: list[str] | tuple[str, ...]) -> bool:
         return [SYMBOL_OF.get(o, o) for o in ops] == ops_in_forward(source)
     except (SyntaxError, StopIteration):
         return False
+
+
+def ops_mentioned(source: str, ops: list[str] | tuple[str, ...]) -> bool:
+    """True when every listed operator occurs somewhere in the code: its last name (`MaxPool2d` of
+    `nn.MaxPool2d`, `sum` of `torch.sum`) as a name or an attribute, and bare arithmetic (`add`, `+`) as its
+    operator too. The loose reading of `ops`, for code that does not apply one operator per statement."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    names, symbols = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.BinOp | ast.AugAssign) and type(node.op) in BINOP_SYMBOL:
+            symbols.add(BINOP_SYMBOL[type(node.op)])
+    return all(op.rsplit(".", 1)[-1] in names or SYMBOL_OF.get(op, op) in symbols for op in ops)

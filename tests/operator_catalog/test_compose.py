@@ -170,3 +170,24 @@ def test_attention_keeps_its_hidden_scores_within_the_budget():
     with pytest.raises(NotApplicable, match="attention scores"):
         entry.sample(ctx)
     assert entry.sample(SampleContext(TensorSpec((8, 16, 32)), random.Random(0), TINY)).name == entry.name
+
+
+def test_ops_read_loosely_need_only_occur_in_the_code():
+    from operator_catalog.faithfulness import ops_mentioned
+
+    freeform = """import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.pool = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}[kind](kernel_size=2)
+    def forward(self, x):
+        x = torch.clamp(x, min=0.0, max=1.0)
+        return [torch.sum(t) for t in self.pool(x).split(2)] + [x * 2]
+"""
+    assert not ops_faithful(freeform, ["torch.clamp", "nn.MaxPool2d"])  # the pool is not a plain module here
+    assert ops_mentioned(freeform, ["torch.clamp", "nn.MaxPool2d", "torch.sum"])
+    assert ops_mentioned(freeform, ["mul", "+"])  # bare arithmetic as its operator
+    assert not ops_mentioned(freeform, ["torch.clamp", "nn.Conv2d"])
+    assert not ops_mentioned(freeform, ["sub"])
+    assert not ops_mentioned("class Model(:", ["torch.sum"])
