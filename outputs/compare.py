@@ -60,8 +60,9 @@ def _quantiles(values: list[float]) -> str:
     return f"median {q2:.3g} (quartiles {q1:.3g} - {q3:.3g}; {min(values):.3g} - {max(values):.3g})"
 
 
-def _input_elements(code: str) -> int | None:
-    """Total elements of a task's inputs, read by running its get_inputs() on the meta device."""
+def _inputs(code: str) -> tuple[int, list[str]] | None:
+    """Total elements and dtypes of a task's input tensors, read by running its get_inputs() on the meta
+    device; None for a task that cannot be loaded or sized, or has no input tensor."""
     import torch
 
     from filters.task_loading import load_task
@@ -69,10 +70,11 @@ def _input_elements(code: str) -> int | None:
     try:
         task = load_task(code)
         with torch.device("meta"):
-            inputs = task.get_inputs()
-    except Exception:  # a task that cannot be loaded or sized has no input count
+            tensors = [t for t in task.get_inputs() if isinstance(t, torch.Tensor)]
+    except Exception:
         return None
-    return sum(t.numel() for t in inputs if isinstance(t, torch.Tensor)) or None
+    elements = sum(t.numel() for t in tensors)
+    return (elements, [str(t.dtype).removeprefix("torch.") for t in tensors]) if elements else None
 
 
 def _bar_compare(path: Path, labels: list[str], ours: list[float], theirs: list[float], title: str, ylabel: str):
@@ -170,11 +172,13 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
         shapes = json.loads(r["input_shapes"])
         sizes.append(sum(math.prod(s["shape"]) for s in shapes))
         dtypes.update(s.get("dtype", "float32") for s in shapes)
-    released_sizes = [e for e in (_input_elements(r["code"]) for r in theirs.rows) if e]
+    released = [x for x in (_inputs(r["code"]) for r in theirs.rows) if x]
     md += ["## Inputs", ""]
-    md += [f"Input elements per task, this set: {_quantiles(sizes)}; dtypes {dict(dtypes)}."]
-    if released_sizes:
-        md += [f"The released examples: {_quantiles(released_sizes)}."]
+    md += [f"Input elements per task, this set: {_quantiles(sizes)}; input tensors by dtype {dict(dtypes)}."]
+    if released:
+        released_dtypes = Counter(d for _, ds in released for d in ds)
+        md += [f"The released examples: {_quantiles([e for e, _ in released])}; input tensors by dtype "
+               f"{dict(released_dtypes)}."]  # fmt: skip
     md.append("")
 
     # Eager time.

@@ -155,6 +155,7 @@ def test_compare_reports_the_folder_beside_the_released_set(generated, ops6k_exa
     assert "| every listed operator occurs in the code | 24 of 24 (100.0 %) | " in text
     assert "| `ops` lists exactly the operators `forward` applies, in order | 24 of 24 (100.0 %) | " in text
     assert "Spearman" in text
+    assert text.count("input tensors by dtype {'float32': ") == 2  # this set's inputs and the released ones
     for name in ("top_operators", "eager_time", "kb_similarity"):
         assert (out / "figures" / f"{name}.png").stat().st_size > 1000
     assert main(["compare", str(tmp_path), "--out", str(out)]) == 2  # not a dataset folder
