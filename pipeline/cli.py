@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--batch-size",
         type=int,
-        help="candidates handed to the workers at once (default 64 per worker; results are checkpointed every 30 s)",
+        help="candidates handed to the workers at once (default: a whole round with Beam's local runner in this "
+        "process, else 64 per worker; results are checkpointed every 30 s either way)",
     )
     _add_execution_args(gen)
 
@@ -331,6 +332,16 @@ def _distributed_runner(extra: list[str]) -> str | None:
     return runner if runner and runner.lower() not in LOCAL_RUNNERS else None
 
 
+def _default_batch_size(workers: int, beam_args: list[str]) -> int:
+    """A whole round where the pipelines run in this process (one worker pool: a batch's end would leave its
+    workers idle until the batch's last task is done); else BATCH_PER_WORKER per execution worker, so a round
+    spreads over the runner's workers."""
+    from pipeline.config import BATCH_PER_WORKER, IN_PROCESS_BATCH
+    from pipeline.run import runs_in_this_process
+
+    return IN_PROCESS_BATCH if runs_in_this_process(beam_args) else BATCH_PER_WORKER * workers
+
+
 def cmd_generate(args, extra: list[str]) -> int:
     from pipeline.options import GenerateOptions, check_preset, parse_mixture
     from pipeline.run import generate
@@ -343,7 +354,7 @@ def cmd_generate(args, extra: list[str]) -> int:
     mixture = parse_mixture(args.mixture) if args.mixture is not None else dict(preset["mixture"])
     settings = _execution_settings(args, remote=_distributed_runner(extra) is not None)
     _load_kernelbench(settings["kernelbench"])  # fail fast: the workers load it from the spec
-    batch_size = _positive("--batch-size", args.batch_size) or 64 * settings["workers"]
+    batch_size = _positive("--batch-size", args.batch_size) or _default_batch_size(settings["workers"], extra)
     if "://" in args.out:
         raise UsageError(
             f"--out {args.out}: the dataset is written to a local or mounted folder; "

@@ -98,6 +98,10 @@ INITIAL_OVERSAMPLING = 2.5
 PILOT_CANDIDATES = 400
 ROUND_PADDING = 1.15
 MAX_ROUND_CANDIDATES = 4096
+# Where the pipelines run in the driver's process, a round's candidates go to the worker pool as one batch (more
+# than a round holds), so the workers never idle at a batch's end waiting for its last task.
+IN_PROCESS_BATCH = 2 * MAX_ROUND_CANDIDATES
+BATCH_PER_WORKER = 64  # elsewhere: a batch per Beam worker, for each of its execution workers
 MAX_IDLE_ROUNDS = 4
 
 # Output shards.

@@ -237,13 +237,13 @@ def _prepare_args(beam_args: list[str], candidates: int) -> list[str]:
     this process with its workers."""
     chosen = any(a.startswith(("--direct_num_workers", "--direct_running_mode")) for a in beam_args)
     processes = min(os.cpu_count() or 1, PREPARE_PROCESSES)
-    if chosen or processes < 4 or candidates < MULTIPROCESS_PREPARE_MIN or not _runs_in_this_process(beam_args):
+    if chosen or processes < 4 or candidates < MULTIPROCESS_PREPARE_MIN or not runs_in_this_process(beam_args):
         return beam_args
     quiet = [] if any(a.startswith("--default_sdk_harness_log_level") for a in beam_args) else QUIET_HARNESS
     return [*beam_args, "--direct_num_workers", str(processes), "--direct_running_mode", "multi_processing", *quiet]
 
 
-def _runs_in_this_process(beam_args: list[str]) -> bool:
+def runs_in_this_process(beam_args: list[str]) -> bool:
     """Whether the pipelines run inside this process (Beam's local runner, in memory or in threads)."""
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
@@ -285,7 +285,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     round_dirs: list[str] = []
     started = time.monotonic()
     pool = Shared()  # the rounds' execution stages share their workers (in each process that runs them)
-    if _runs_in_this_process(beam_args):
+    if runs_in_this_process(beam_args):
         # Start the workers now: they import torch and set up the device while round 0 composes its candidates.
         pool.acquire(lambda: WorkerPool(execution), tag=execution)
     last_round: dict[str, tuple[int, int]] = {}

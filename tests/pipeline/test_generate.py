@@ -178,12 +178,21 @@ def test_a_large_rounds_cpu_stages_use_several_processes_unless_the_user_chose(m
 
 
 def test_workers_start_early_only_where_the_pipelines_run_in_this_process():
-    from pipeline.run import _runs_in_this_process
+    from pipeline.run import runs_in_this_process
 
-    assert _runs_in_this_process([])
-    assert _runs_in_this_process(["--direct_running_mode", "multi_threading", "--direct_num_workers", "2"])
-    assert not _runs_in_this_process(["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"])
-    assert not _runs_in_this_process(["--runner", "DataflowRunner"])
+    assert runs_in_this_process([])
+    assert runs_in_this_process(["--direct_running_mode", "multi_threading", "--direct_num_workers", "2"])
+    assert not runs_in_this_process(["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"])
+    assert not runs_in_this_process(["--runner", "DataflowRunner"])
+
+
+def test_a_round_is_one_batch_where_the_pipelines_run_in_this_process():
+    from pipeline.cli import _default_batch_size
+    from pipeline.config import MAX_ROUND_CANDIDATES
+
+    assert _default_batch_size(14, []) > MAX_ROUND_CANDIDATES + 100  # a round's plan may pass the cap a little
+    assert _default_batch_size(14, ["--direct_running_mode", "multi_processing"]) == 64 * 14
+    assert _default_batch_size(2, ["--runner", "DataflowRunner"]) == 128
 
 
 def test_cpu_stages_fall_back_to_this_process_when_several_processes_fail(monkeypatch, tmp_path, capsys):
