@@ -38,8 +38,8 @@ from filters.task_loading import TaskLoadError, load_task
 PRESCREEN_MARGIN = 3.0  # a forward timed this far outside the window decides it without the profiler
 # Where a worker's time goes, per task: building the model; waiting for the device lock; the first input draw
 # and the first (untimed) forward; the other draws and the rerun; comparing their outputs; the eager timing;
-# reading the profiler's events (after the lock is released); torch.compile with its first call; the compiled
-# timing.
+# starting the profiler and collecting its trace, and reading its events (both outside the lock);
+# torch.compile with its first call; the compiled model's warm-up and its agreement with eager; its timing.
 PHASES = (
     "load",
     "lock_wait",
@@ -47,8 +47,10 @@ PHASES = (
     "eager_checks",
     "output_checks",
     "eager_timing",
+    "profiler",
     "profile_parse",
     "compile",
+    "compiled_checks",
     "compiled_timing",
 )
 PROBE_ELEMENTS = 4096  # outputs are compared on their first elements first: one that differs there is decided
@@ -58,7 +60,7 @@ MIN_TIMED_ITERS = 3
 # next task's first forwards allocate from the driver again, under the device lock; more than this is returned,
 # for the other workers of the GPU.
 CACHE_KEEP_BYTES = 4 << 30
-COMPILED_WARMUP = 2  # after the compiling call, which ran the compiled model once already
+COMPILED_WARMUP = 2  # CUDA: after the compiling call, which ran the compiled model once already
 CUDA_FATAL_MARKERS = (
     "CUDA error",
     "device-side assert",
@@ -151,43 +153,6 @@ def _to_device(value: Any, device: torch.device) -> Any:
     return value
 
 
-def _profile(fn, inputs: list, warmup: int, iters: int):
-    """`iters` forwards under torch.profiler (CUDA activity) after `warmup` untimed ones: the device work of the
-    paper's measure. Reading the events (`device_ms`) is host work, done after the device lock is released."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with torch.no_grad():
-        for _ in range(warmup):
-            fn(*inputs)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(iters):
-                fn(*inputs)
-            torch.cuda.synchronize()
-    return prof
-
-
-def device_ms(prof, iters: int) -> float:
-    """The paper's measure: summed device time of the CUDA work of one forward (CPU launch overhead excluded),
-    averaged over the profiled forwards."""
-    from torch.autograd import DeviceType
-
-    device_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
-    return device_us / 1e3 / iters
-
-
-def _host_time_ms(fn, inputs: list, warmup: int, iters: int) -> float:
-    """Median wall time of one forward by the host clock (the CPU's measure)."""
-    with torch.no_grad():
-        for _ in range(warmup):
-            fn(*inputs)
-        samples = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn(*inputs)
-            samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples)
-
-
 class _PhaseClock:
     """Seconds a task spends in each of `PHASES`, into a dict the task's measurements carry."""
 
@@ -211,6 +176,48 @@ class _PhaseClock:
             yield
         finally:
             lock.__exit__(None, None, None)
+
+
+def _profile(fn, inputs: list, iters: int, hold, clock: _PhaseClock, phase: str, activities=None):
+    """`iters` forwards under torch.profiler (CUDA activity by default): the device work of the paper's measure.
+    Only the forwards run inside `hold` (the device lock, counted as `phase`): starting the profiler and
+    collecting its trace are host work, done outside it (`profiler`), as is reading the events later
+    (`device_ms`). The profiler records this process's work alone, and none runs while it waits for the lock."""
+    from torch.profiler import ProfilerActivity, profile
+
+    start = time.perf_counter()
+    inside = sum(clock.seconds.get(p, 0.0) for p in ("lock_wait", phase))
+    # Left in reverse order: the lock is released before the profiler stops.
+    with torch.no_grad(), profile(activities=activities or [ProfilerActivity.CUDA]) as prof, hold, clock(phase):
+        for _ in range(iters):
+            fn(*inputs)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    inside = sum(clock.seconds.get(p, 0.0) for p in ("lock_wait", phase)) - inside
+    clock.seconds["profiler"] = clock.seconds.get("profiler", 0.0) + time.perf_counter() - start - inside
+    return prof
+
+
+def device_ms(prof, iters: int) -> float:
+    """The paper's measure: summed device time of the CUDA work of one forward (CPU launch overhead excluded),
+    averaged over the profiled forwards."""
+    from torch.autograd import DeviceType
+
+    device_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return device_us / 1e3 / iters
+
+
+def _host_time_ms(fn, inputs: list, warmup: int, iters: int) -> float:
+    """Median wall time of one forward by the host clock (the CPU's measure)."""
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn(*inputs)
+        samples = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn(*inputs)
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
 
 
 def timed_iters(iters: int, estimate_ms: float) -> int:
@@ -374,10 +381,9 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
     near = cuda and _near_window(measurements["eager_ms"], cfg.runtime_window_ms)
     if cuda:
         measurements["eager_event_ms"] = measurements["eager_ms"]
-    if near:
-        with clock.holding(device_lock), clock("eager_timing"):
-            iters = timed_iters(cfg.iters, measurements["eager_ms"])
-            profiled = _profile(model, inputs, 0, iters)
+    if near:  # the checks' forwards were its warm-up
+        iters = timed_iters(cfg.iters, measurements["eager_ms"])
+        profiled = _profile(model, inputs, iters, clock.holding(device_lock), clock, "eager_timing")
         with clock("profile_parse"):
             measurements["eager_ms"] = device_ms(profiled, iters)
     _check_window(measurements, cfg.runtime_window_ms)
@@ -387,22 +393,28 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
 
 
 def _compile_check(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock, measurements):
-    """The compiled model's time; raises CheckFailed where it fails to compile or disagrees with eager."""
+    """The compiled model's time; raises CheckFailed where it fails to compile or disagrees with eager. On CUDA
+    its warm-up and the comparison share the GPU like the eager checks, and only an agreeing model is timed."""
     torch._dynamo.reset()
+    iters = timed_iters(cfg.iters, measurements["eager_ms"])
+    cuda = cfg.device == "cuda"
     try:
         with clock("compile"), torch.no_grad():
             compiled = torch.compile(model, backend=cfg.compile_backend)
             compiled_out = flatten_outputs(compiled(*inputs))
-        iters = timed_iters(cfg.iters, measurements["eager_ms"])
-        with clock.holding(device_lock), clock("compiled_timing"):
-            if cfg.device == "cuda":
-                profiled = _profile(compiled, inputs, COMPILED_WARMUP, iters)
-            else:
+        if cuda:
+            with clock.holding(_shared(device_lock)), clock("compiled_checks"), torch.no_grad():
+                for _ in range(COMPILED_WARMUP):
+                    compiled(*inputs)
+                agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
+            if agree:
+                profiled = _profile(compiled, inputs, iters, clock.holding(device_lock), clock, "compiled_timing")
+                with clock("profile_parse"):
+                    compile_ms = device_ms(profiled, iters)
+        else:
+            with clock.holding(device_lock), clock("compiled_timing"):
                 compile_ms = _host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
-            agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
-        if cfg.device == "cuda":
-            with clock("profile_parse"):
-                compile_ms = device_ms(profiled, iters)
+                agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
     except Exception as e:
         verdict = classify_error(e)
         reason = OUT_OF_MEMORY if verdict.reason == OUT_OF_MEMORY else COMPILE_ERROR

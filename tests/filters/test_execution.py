@@ -347,3 +347,67 @@ def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
         with pytest.raises(CheckFailed) as failed:
             _check_outputs([[base], [holed]], [base], CPU)
         assert failed.value.verdict.reason == NOT_FINITE
+
+
+def test_the_profiler_starts_and_collects_outside_the_device_lock():
+    import contextlib
+
+    from torch._C._autograd import _profiler_enabled
+    from torch.profiler import ProfilerActivity
+
+    from filters.execution import _PhaseClock, _profile
+
+    seen = {}
+
+    @contextlib.contextmanager
+    def hold():
+        seen["profiling on entry"] = _profiler_enabled()
+        yield
+        seen["profiling on exit"] = _profiler_enabled()
+
+    calls = []
+    clock = _PhaseClock()
+    prof = _profile(lambda x: calls.append(torch.relu(x)), [torch.randn(8)], 4, hold(), clock, "eager_timing",
+                    activities=[ProfilerActivity.CPU])  # fmt: skip
+    assert len(calls) == 4
+    assert seen == {"profiling on entry": True, "profiling on exit": True}  # the trace goes on past the lock
+    assert not _profiler_enabled()
+    assert any("relu" in e.name for e in prof.events())
+    assert set(clock.seconds) == {"eager_timing", "profiler"} and clock.seconds["profiler"] >= 0
+
+
+@pytest.mark.parametrize(("source", "timed"), [(fixtures.GOOD, True), (fixtures.COMPILE_MISMATCH, False)])
+def test_on_cuda_only_a_compiled_model_that_agrees_with_eager_is_timed(monkeypatch, source, timed):
+    """The CUDA order of the compile check, run on the CPU with the profiler stubbed: warm-up and comparison
+    first, under the checks' share of the lock, then the timing, for an agreeing model only."""
+    import contextlib
+
+    import filters.execution as execution
+    from filters.execution import CheckFailed, _compile_check, _PhaseClock
+    from filters.task_loading import load_task
+
+    profiled = []
+
+    def fake_profile(fn, inputs, iters, hold, clock, phase, activities=None):
+        with hold, clock(phase):
+            profiled.extend(fn(*inputs) for _ in range(iters))
+        return "trace"
+
+    monkeypatch.setattr(execution, "_profile", fake_profile)
+    monkeypatch.setattr(execution, "device_ms", lambda prof, iters: 0.5)
+    cfg = ExecutionConfig(device="cuda", runtime_window_ms=(0.0, 20.0), timeout_s=10, compile_backend="aot_eager")
+    task = load_task(source)
+    torch.manual_seed(0)
+    model, inputs = task.model_class().eval(), task.get_inputs()
+    with torch.no_grad():
+        eager_out = [model(*inputs)]
+    clock = _PhaseClock()
+    if timed:
+        assert _compile_check(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, {"eager_ms": 3.0}) == 0.5
+        assert len(profiled) == 10
+    else:
+        with pytest.raises(CheckFailed) as failed:
+            _compile_check(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, {"eager_ms": 3.0})
+        assert failed.value.verdict.reason == COMPILE_MISMATCH and profiled == []
+    assert {"compile", "compiled_checks"} <= set(clock.seconds)
+    assert ("compiled_timing" in clock.seconds) == timed
