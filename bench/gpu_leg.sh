@@ -3,9 +3,10 @@
 # for at most LEG_S seconds, samples the GPU's use and the verdicts checkpointed every 5 s, and packs the run
 # folder into $OUT in parts of at most 15 MB; the next leg, which may start on a fresh machine, resumes it from
 # those parts put in .gpu-state/ (where RUN is absent). When the run finishes, the dataset folder (without its
-# work files) is packed as dataset.tgz.* parts. Before the leg, VALIDATE=1 validates the released examples in
-# DATA (default .gpu-data) on the GPU, and BENCH=1 runs `bench execute` (BENCH_N candidates, default 200) with
-# exclusive and with shared checks. ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers).
+# work files) is packed as dataset.tgz.* parts. Before the leg, CHECK=1 runs the GPU tests and stops there if
+# they fail, VALIDATE=1 validates the released examples in DATA (default .gpu-data) on the GPU, and BENCH=1 runs
+# `bench execute` (BENCH_N candidates, default 200) with exclusive and with shared checks. ARGS: generate's
+# options after --out (default: ops6k on CUDA, 14 workers).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 RUN=${RUN:-.gpu-run/ops6k}
@@ -15,6 +16,14 @@ mkdir -p "$OUT" "$(dirname "$RUN")"
 if [ ! -d "$RUN" ] && ls .gpu-state/run.tgz.* >/dev/null 2>&1; then
   cat .gpu-state/run.tgz.* | tar xzf - -C "$(dirname "$RUN")"
   echo "unpacked the carried run into $RUN"
+fi
+if [ -n "${CHECK:-}" ]; then  # the GPU tests first: a broken check must not put its verdicts into the run
+  if ! timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider -x tests/filters/test_execution.py \
+    >"$OUT/check.log" 2>&1; then
+    tail -30 "$OUT/check.log"
+    echo "the GPU tests failed: the leg does not run"
+    exit 1
+  fi
 fi
 if [ -n "${VALIDATE:-}" ]; then  # the released examples re-measured on this GPU, for the comparison
   timeout 240 python3 -m pipeline validate "${DATA:-.gpu-data}/ops6k_examples.parquet" --device cuda \

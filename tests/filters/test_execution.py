@@ -126,6 +126,9 @@ def test_checks_on_cuda():
         jobs += [Job("nan", fixtures.NAN, 1), Job("constant", fixtures.CONSTANT, 1)]
         good, stochastic, segfault, nan, constant = pool.run(jobs)
     assert good.kept and good.measurements["device_name"].startswith("NVIDIA")
+    # The profiler saw the forwards' kernels, eager and compiled, with the lock held for the forwards alone.
+    assert good.measurements["eager_ms"] > 0 and good.measurements["compile_ms"] > 0
+    assert {"eager_timing", "compiled_checks", "compiled_timing", "profiler"} <= set(good.measurements["phase_s"])
     assert stochastic.reason == NOT_DETERMINISTIC
     assert segfault.reason == CRASH
     assert nan.reason == NOT_FINITE  # the device's min and max see the NaN, as the CPU's do
