@@ -4,9 +4,10 @@
 # folder into $OUT in parts of at most 15 MB; the next leg, which may start on a fresh machine, resumes it from
 # those parts put in .gpu-state/ (where RUN is absent). When the run finishes, the dataset folder (without its
 # work files) is packed as dataset.tgz.* parts. Before the leg, CHECK=1 runs the GPU tests and stops there if
-# they fail, VALIDATE=1 validates the released examples in DATA (default .gpu-data) on the GPU, and BENCH=1 runs
-# `bench execute` (BENCH_N candidates, default 200) with exclusive and with shared checks. ARGS: generate's
-# options after --out (default: ops6k on CUDA, 14 workers).
+# they fail, VALIDATE=1 validates the released examples in DATA (default .gpu-data) on the GPU, REMEASURE=FILE
+# validates the tasks of a Parquet file with one worker (to compare their eager times with those the run's
+# 14 workers measured), and BENCH=1 runs `bench execute` (BENCH_N candidates, default 200) with exclusive and
+# with shared checks. ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 RUN=${RUN:-.gpu-run/ops6k}
@@ -28,6 +29,10 @@ fi
 if [ -n "${VALIDATE:-}" ]; then  # the released examples re-measured on this GPU, for the comparison
   timeout 240 python3 -m pipeline validate "${DATA:-.gpu-data}/ops6k_examples.parquet" --device cuda \
     --no-compile-check --workers 4 --report "$OUT/validate.jsonl" >"$OUT/validate.log" 2>&1
+fi
+if [ -n "${REMEASURE:-}" ]; then  # rows of the run re-measured by one worker, with no other work on the GPU
+  timeout 240 python3 -m pipeline validate "$REMEASURE" --device cuda --no-compile-check --workers 1 \
+    --report "$OUT/remeasure.jsonl" >"$OUT/remeasure.log" 2>&1
 fi
 if [ -n "${BENCH:-}" ]; then  # the execution stage alone, exclusive and shared checks, before the leg
   for mode in exclusive shared; do
