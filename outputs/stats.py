@@ -42,8 +42,11 @@ def build_stats(
     wall_s: float,
     device: str,
     generator_version: str,
+    checkpointed: tuple[int, dict[str, float]] = (0, {}),
 ) -> dict:
-    """`dropped` counts rejections by (stage, reason); `rows_per_source` the rows written per data source."""
+    """`dropped` counts rejections by (stage, reason); `rows_per_source` the rows written per data source;
+    `checkpointed` the run's checkpointed verdicts and their phases' seconds summed (see ExecutionProgress)."""
+    verdicts, phase_totals = checkpointed
     candidates = sum(r["candidates"] for r in rounds)
     by_stage: dict[str, Counter] = {s: Counter() for s in STAGES}
     for (stage, reason), n in dropped.items():
@@ -88,12 +91,21 @@ def build_stats(
                 for stage in STAGES
                 if any(stage in r["stage_work_s"] for r in rounds)
             },
-            # The execution workers' time per phase of a task (load, lock_wait, eager, compile, compiled_timing),
-            # summed over the workers.
+            # The execution workers' time per phase of a task (filters.execution.PHASES), summed over the
+            # workers, for the verdicts this process made.
             "execution_worker_phases": {
                 phase: round(sum(r["stage_work_s"].get(WORKER_PREFIX + phase, 0.0) for r in rounds), 3)
                 for phase in PHASES
                 if any(WORKER_PREFIX + phase in r["stage_work_s"] for r in rounds)
+            },
+            # The same over every checkpointed verdict of the run: interrupted and resumed runs included.
+            "checkpointed_worker_phases": {
+                "verdicts": verdicts,
+                # PHASES first, then any an earlier version of the checks named otherwise
+                **{
+                    phase: round(phase_totals[phase], 3)
+                    for phase in [p for p in PHASES if p in phase_totals] + sorted(set(phase_totals) - set(PHASES))
+                },
             },
         },
     }

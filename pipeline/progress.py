@@ -41,6 +41,15 @@ class ExecutionProgress:
                     )
         return self
 
+    def phase_totals(self) -> dict[str, float]:
+        """Seconds per phase summed over every checkpointed verdict (all calibration steps included): the
+        execution workers' time in every process and every earlier, interrupted run of the run."""
+        totals: dict[str, float] = {}
+        for _, verdict, _ in self.done.values():
+            for phase, seconds in verdict.measurements.get("phase_s", {}).items():
+                totals[phase] = totals.get(phase, 0.0) + seconds
+        return totals
+
     def lookup(self, candidate: Candidate) -> Result | None:
         return self.done.get(progress_key(candidate))
 

@@ -59,6 +59,7 @@ from pipeline.graph import (
     build_prepare,
 )
 from pipeline.options import GenerateOptions, quotas
+from pipeline.progress import ExecutionProgress
 from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
 from pipeline.selection import Selector
 from pipeline.stages import release_pool, stage_work_seconds
@@ -382,6 +383,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     rejected_shards = write_shards(
         rejected_rows, REJECTED_SCHEMA, out / "rejected", "rejected", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS
     )
+    checkpointed = ExecutionProgress(workfiles.join(work_root, PROGRESS_DIR)).load()
     stats = build_stats(
         options=options,
         quota=quota,
@@ -389,6 +391,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         accepted_total=accepted_total,
         dropped=dropped,
         rounds=rounds,
+        checkpointed=(len(checkpointed.done), checkpointed.phase_totals()),
         wall_s=time.monotonic() - started,
         device=device_name(options.device),
         generator_version=version,

@@ -89,6 +89,9 @@ def test_card_and_stats_agree(generated):
     assert {"compose", "shape_check", "decontaminate", "execute"} <= set(work) and work["execute"] > 0
     phases = stats["timings_s"]["execution_worker_phases"]
     assert {"load", "eager_checks", "compile"} <= set(phases) <= set(PHASES) and phases["compile"] > 0
+    every = stats["timings_s"]["checkpointed_worker_phases"]  # a run not resumed made every verdict itself
+    assert every["verdicts"] == stats["funnel"]["execute"]["in"]
+    assert every["compile"] == pytest.approx(phases["compile"], rel=0.01, abs=0.01)
     assert not any("phase_s" in json.loads(row["measurements"]) for row in rejected)  # noise stays out of rows
 
 

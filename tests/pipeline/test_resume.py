@@ -53,4 +53,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
     keys = [json.loads(line)["key"] for f in progress.glob("batch-*.jsonl") for line in f.read_text().splitlines()]
     assert len(keys) == len(set(keys)), "a checkpointed candidate was executed again"
     stats = json.loads((killed / "stats.json").read_text())
-    assert stats["counts"] == json.loads((reference / "stats.json").read_text())["counts"]
+    reference_stats = json.loads((reference / "stats.json").read_text())
+    assert stats["counts"] == reference_stats["counts"]
+    # The phases of every verdict, the killed run's included, as if it had run once.
+    every = stats["timings_s"]["checkpointed_worker_phases"]
+    assert every["verdicts"] == reference_stats["funnel"]["execute"]["in"] == len(keys)
