@@ -348,36 +348,40 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
             task = load_task(source)
         except TaskLoadError as e:
             raise CheckFailed(LOAD_ERROR, str(e)[:300]) from None
-        device = torch.device(cfg.device)
-        torch.manual_seed(seed)
-        with torch.device(device):
-            model = task.model_class(*task.get_init_inputs())
-        model = model.to(device).eval()
+    device = torch.device(cfg.device)
     cuda = cfg.device == "cuda"
     measurements: dict[str, Any] = {"device_name": device_name(cfg.device)}
-    with clock.holding(_shared(device_lock)), torch.no_grad():
-        with clock("first_forward"):
-            inputs = _draw(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
-            outs = [flatten_outputs(model(*inputs))]  # untimed: the first use of the task's memory and kernels
-            if cuda:
-                torch.cuda.synchronize()  # its device work counted here, not in the next phase
-        with clock("eager_checks"):
-            samples = []
-            for i in range(1, cfg.num_draws):
-                out, ms = _timed_forward(model, _draw(task, seed, i, device), cuda)
-                outs.append(flatten_outputs(out))
+    # Every piece of device work holds the lock, building the model (its parameters' initialization) too: work
+    # of another process would slow a task being timed.
+    with clock.holding(_shared(device_lock)):
+        with clock("load"):
+            torch.manual_seed(seed)
+            with torch.device(device):
+                model = task.model_class(*task.get_init_inputs())
+            model = model.to(device).eval()
+        with torch.no_grad():
+            with clock("first_forward"):
+                inputs = _draw(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
+                outs = [flatten_outputs(model(*inputs))]  # untimed: the first use of the task's memory and kernels
+                if cuda:
+                    torch.cuda.synchronize()  # its device work counted here, not in the next phase
+            with clock("eager_checks"):
+                samples = []
+                for i in range(1, cfg.num_draws):
+                    out, ms = _timed_forward(model, _draw(task, seed, i, device), cuda)
+                    outs.append(flatten_outputs(out))
+                    samples.append(ms)
+                    if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
+                        measurements["eager_ms"] = ms
+                        _check_window(measurements, cfg.runtime_window_ms)
+                rerun, ms = _timed_forward(model, inputs, cuda)
                 samples.append(ms)
-                if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
-                    measurements["eager_ms"] = ms
-                    _check_window(measurements, cfg.runtime_window_ms)
-            rerun, ms = _timed_forward(model, inputs, cuda)
-            samples.append(ms)
-        with clock("output_checks"):
-            _check_outputs(outs, flatten_outputs(rerun), cfg)
-        eager_out = outs[0]
-        measurements["output_shapes"] = [list(t.shape) for t in eager_out]
-        del outs, rerun
-        measurements["eager_ms"] = statistics.median(samples)
+            with clock("output_checks"):
+                _check_outputs(outs, flatten_outputs(rerun), cfg)
+            eager_out = outs[0]
+            measurements["output_shapes"] = [list(t.shape) for t in eager_out]
+            del outs, rerun
+            measurements["eager_ms"] = statistics.median(samples)
     near = cuda and _near_window(measurements["eager_ms"], cfg.runtime_window_ms)
     if cuda:
         measurements["eager_event_ms"] = measurements["eager_ms"]
@@ -392,6 +396,30 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
     return measurements
 
 
+def _locked_backend(backend: str, lock):
+    """The torch.compile backend `backend`, with each compiled graph run holding `lock`'s shared mode (unless
+    this process holds the lock already). Compiling, host work, overlaps other tasks' timings; running the
+    compiled kernels, the first run's autotuning of Triton's configurations included, does not. That first run
+    may take seconds of benchmarking, so it is bound by the task's time limit, not the lock's hold limit."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    inner = lookup_backend(backend)
+
+    def compile_graph(graph, example_inputs):
+        compiled = inner(graph, example_inputs)
+
+        def run(*args):
+            if getattr(lock, "held", True):  # held already, or no lock to hold
+                return compiled(*args)
+            unwatched = lock.unwatched_holds() if hasattr(lock, "unwatched_holds") else contextlib.nullcontext()
+            with unwatched, _shared(lock):
+                return compiled(*args)
+
+        return run
+
+    return compile_graph
+
+
 def _compile_check(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock, measurements):
     """The compiled model's time; raises CheckFailed where it fails to compile or disagrees with eager. On CUDA
     its warm-up and the comparison share the GPU like the eager checks, and only an agreeing model is timed."""
@@ -400,7 +428,7 @@ def _compile_check(model, inputs: list, eager_out: list, cfg: ExecutionConfig, d
     cuda = cfg.device == "cuda"
     try:
         with clock("compile"), torch.no_grad():
-            compiled = torch.compile(model, backend=cfg.compile_backend)
+            compiled = torch.compile(model, backend=_locked_backend(cfg.compile_backend, device_lock))
             compiled_out = flatten_outputs(compiled(*inputs))
         if cuda:
             with clock.holding(_shared(device_lock)), clock("compiled_checks"), torch.no_grad():

@@ -56,9 +56,11 @@ class DeviceLock:
         self._fds: dict[str, int] | None = None  # opened lazily, in the process that uses them
         self._watch = None  # where this process reports its holds and waits (see `watch`)
         self._holds_watched = True
+        self.held = False  # whether this process holds the lock (in either mode)
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "slots": self.slots, "_fds": None, "_watch": None, "_holds_watched": True}
+        return {"path": self.path, "slots": self.slots, "_fds": None, "_watch": None, "_holds_watched": True,
+                "held": False}  # fmt: skip
 
     def watch(self, state) -> None:
         """Report this process's holds and waits into `state` (a shared array of HOLD_SINCE, WAIT_SINCE and
@@ -80,6 +82,7 @@ class DeviceLock:
             self._watch[WAIT_SINCE] = time.monotonic()
 
     def _holding(self) -> None:
+        self.held = True
         if self._watch is not None:
             now = time.monotonic()
             if self._watch[WAIT_SINCE]:
@@ -89,6 +92,7 @@ class DeviceLock:
                 self._watch[HOLD_SINCE] = now
 
     def _released(self) -> None:
+        self.held = False
         if self._watch is not None:
             self._watch[HOLD_SINCE] = 0.0
 

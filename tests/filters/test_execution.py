@@ -255,7 +255,7 @@ class _LockedCPUPool(WorkerPool):
         return super()._spawn(slot)
 
 
-SLOW_TO_BUILD = fixtures.task("return x * 2", "import time\ntime.sleep(0.3)")
+SLOW_TO_LOAD = "import time\ntime.sleep(0.3)\n" + fixtures.task("return x * 2")  # before it needs the GPU
 
 
 def test_tasks_waiting_for_a_hung_gpu_holder_are_not_timed_out_and_a_long_holder_is_stopped():
@@ -264,8 +264,8 @@ def test_tasks_waiting_for_a_hung_gpu_holder_are_not_timed_out_and_a_long_holder
     with _LockedCPUPool(cfg) as pool:
         pool.hold_limit_s = 60.0
         pool.wait_ready()
-        # The hung task takes the lock while the other builds its model, and then waits past its time limit.
-        hung, waiting = pool.run([Job("hang", fixtures.HANG, 1), Job("slow", SLOW_TO_BUILD, 1)])
+        # The hung task takes the lock while the other loads, which then waits past its time limit.
+        hung, waiting = pool.run([Job("hang", fixtures.HANG, 1), Job("slow", SLOW_TO_LOAD, 1)])
         assert hung.reason == TIMEOUT and hung.detail == "no verdict within 2 s"
         assert waiting.kept, waiting
         assert waiting.measurements["phase_s"]["lock_wait"] > 1.5
@@ -306,10 +306,11 @@ def test_a_device_lock_reports_its_holds_and_waits(tmp_path):
     release_a.set()
     assert b.wait(5)
     assert watch[WAITED_S] >= 0.3 and watch[WAIT_SINCE] == 0 and watch[HOLD_SINCE] > 0
+    assert lock.held
     release_b.set()
     thread_b.join(5)
     thread_a.join(5)
-    assert watch[HOLD_SINCE] == 0
+    assert watch[HOLD_SINCE] == 0 and not lock.held
     with lock.unwatched_holds(), lock:
         assert watch[HOLD_SINCE] == 0
 
@@ -414,3 +415,38 @@ def test_on_cuda_only_a_compiled_model_that_agrees_with_eager_is_timed(monkeypat
         assert failed.value.verdict.reason == COMPILE_MISMATCH and profiled == []
     assert {"compile", "compiled_checks"} <= set(clock.seconds)
     assert ("compiled_timing" in clock.seconds) == timed
+
+
+def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
+    """Another process's compiled kernels (and Triton's autotuning runs) would slow a task being timed."""
+    import contextlib
+
+    from filters.execution import _locked_backend
+
+    class Lock:
+        held = False
+        runs = 0
+
+        @contextlib.contextmanager
+        def shared(self):
+            self.held, self.runs = True, self.runs + 1
+            yield
+            self.held = False
+
+        @contextlib.contextmanager
+        def unwatched_holds(self):
+            yield
+
+    lock = Lock()
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    compiled = torch.compile(model, backend=_locked_backend("aot_eager", lock))
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), model(x))
+        assert lock.runs == 1 and not lock.held  # the first run, after compiling, under the lock
+        lock.held = True  # the compiled timing holds it already: no second hold
+        compiled(x)
+    assert lock.runs == 1
+    with torch.no_grad():  # with no lock to hold (the CPU), it just runs
+        assert torch.allclose(torch.compile(model, backend=_locked_backend("aot_eager", None))(x), model(x))
