@@ -413,7 +413,10 @@ def _locked_backend(backend: str, lock):
                 return compiled(*args)
             unwatched = lock.unwatched_holds() if hasattr(lock, "unwatched_holds") else contextlib.nullcontext()
             with unwatched, _shared(lock):
-                return compiled(*args)
+                out = compiled(*args)
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()  # its kernels done before the lock is let go
+                return out
 
         return run
 
