@@ -7,7 +7,8 @@
 # they fail, VALIDATE=1 validates the released examples in DATA (default .gpu-data) on the GPU, REMEASURE=FILE
 # validates the tasks of a Parquet file with one worker (to compare their eager times with those the run's
 # 14 workers measured), and BENCH=1 runs `bench execute` (BENCH_N candidates, default 200) with exclusive and
-# with shared checks. ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers).
+# with shared checks (BENCH_MODES, to run one of them). ARGS: generate's options after --out (default: ops6k
+# on CUDA, 14 workers).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 RUN=${RUN:-.gpu-run/ops6k}
@@ -35,7 +36,7 @@ if [ -n "${REMEASURE:-}" ]; then  # rows of the run re-measured by one worker, w
     --report "$OUT/remeasure.jsonl" >"$OUT/remeasure.log" 2>&1
 fi
 if [ -n "${BENCH:-}" ]; then  # the execution stage alone, exclusive and shared checks, before the leg
-  for mode in exclusive shared; do
+  for mode in ${BENCH_MODES:-exclusive shared}; do
     flag=$([ "$mode" = shared ] && echo --shared-checks)
     # shellcheck disable=SC2086
     timeout 150 python3 -m pipeline bench execute --device cuda --workload gpu --n "${BENCH_N:-200}" $flag \
