@@ -472,5 +472,6 @@ def verdict_from_wire(d: dict) -> Verdict:
 
 
 def is_fatal_cuda_error(v: Verdict) -> bool:
-    """A CUDA error poisons the worker's context: the pool replaces the worker after such a verdict."""
-    return v.reason == RUNTIME_ERROR and any(m in v.detail for m in CUDA_FATAL_MARKERS)
+    """A CUDA error poisons the worker's context: the pool replaces the worker after such a verdict, whether the
+    eager model or the compiled one (an inductor kernel's device-side assert) raised it."""
+    return v.reason in (RUNTIME_ERROR, COMPILE_ERROR) and any(m in v.detail for m in CUDA_FATAL_MARKERS)

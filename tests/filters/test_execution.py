@@ -450,3 +450,13 @@ def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
     assert lock.runs == 1
     with torch.no_grad():  # with no lock to hold (the CPU), it just runs
         assert torch.allclose(torch.compile(model, backend=_locked_backend("aot_eager", None))(x), model(x))
+
+
+def test_a_cuda_error_in_the_compiled_model_also_retires_the_worker():
+    from filters.execution import is_fatal_cuda_error
+    from filters.reasons import Verdict
+
+    assert is_fatal_cuda_error(Verdict(COMPILE_ERROR, "RuntimeError: CUDA error: device-side assert triggered"))
+    assert is_fatal_cuda_error(Verdict(RUNTIME_ERROR, "RuntimeError: CUDA error: an illegal memory access"))
+    assert not is_fatal_cuda_error(Verdict(COMPILE_ERROR, "BackendCompilerFailed: unsupported op"))
+    assert not is_fatal_cuda_error(Verdict(RUNTIME_ABOVE_WINDOW, "eager 300 ms > 100.0 ms (CUDA error)"))
