@@ -43,7 +43,7 @@ class ExecutionProgress:
 
     def phase_totals(self) -> dict[str, float]:
         """Seconds per phase summed over every checkpointed verdict (all calibration steps included): the
-        execution workers' time in every process and every earlier, interrupted run of the run."""
+        execution workers' time in every process of the run, those of the attempts a resume continued included."""
         totals: dict[str, float] = {}
         for _, verdict, _ in self.done.values():
             for phase, seconds in verdict.measurements.get("phase_s", {}).items():
