@@ -35,11 +35,11 @@ from filters.reasons import (
 )
 from filters.task_loading import TaskLoadError, load_task
 
-PRESCREEN_MARGIN = 3.0  # a forward timed this far outside the window decides it without the profiler
+PRESCREEN_MARGIN = 3.0  # a forward timed this far above the window decides it without the profiler
 # Where a worker's time goes, per task: building the model; waiting for the device lock; the first input draw
 # and the first (untimed) forward; the other draws and the rerun; comparing their outputs; the eager timing;
-# starting the profiler and collecting its trace, and reading its events (both outside the lock);
-# torch.compile with its first call; the compiled model's warm-up and its agreement with eager; its timing.
+# starting and stopping the profiler, and reading its events; torch.compile (host work); the compiled model's
+# first run (on CUDA, Triton's autotuning benchmarks); its warm-up and its agreement with eager; its timing.
 PHASES = (
     "load",
     "lock_wait",
@@ -50,6 +50,7 @@ PHASES = (
     "profiler",
     "profile_parse",
     "compile",
+    "compiled_first_run",
     "compiled_checks",
     "compiled_timing",
 )
@@ -154,18 +155,24 @@ def _to_device(value: Any, device: torch.device) -> Any:
 
 
 class _PhaseClock:
-    """Seconds a task spends in each of `PHASES`, into a dict the task's measurements carry."""
+    """Seconds a task spends in each of `PHASES`, into a dict the task's measurements carry. Phases nest: time
+    in an inner phase (the wait for the lock inside a profiling, say) counts there and not in the outer one."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
+        self._inner: list[float] = []  # per open phase, the seconds of the phases opened inside it
 
     @contextlib.contextmanager
     def __call__(self, phase: str):
         start = time.perf_counter()
+        self._inner.append(0.0)
         try:
             yield
         finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + elapsed - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += elapsed
 
     @contextlib.contextmanager
     def holding(self, lock):
@@ -178,24 +185,36 @@ class _PhaseClock:
             lock.__exit__(None, None, None)
 
 
-def _profile(fn, inputs: list, iters: int, hold, clock: _PhaseClock, phase: str, activities=None):
-    """`iters` forwards under torch.profiler (CUDA activity by default): the device work of the paper's measure.
-    Only the forwards run inside `hold` (the device lock, counted as `phase`): starting the profiler and
-    collecting its trace are host work, done outside it (`profiler`), as is reading the events later
-    (`device_ms`). The profiler records this process's work alone, and none runs while it waits for the lock."""
+def _profile(runs: list[tuple], hold, clock: _PhaseClock, activities=None) -> list:
+    """One profile per (fn, inputs, iters, phase) of `runs`: `iters` forwards of `fn` under torch.profiler (CUDA
+    activity by default), the device work of the paper's measure, timed as `phase`. All of them run inside one
+    `hold` (the device lock), which is taken once: each exclusive hold makes the tasks sharing the GPU drain
+    first. The first profiler starts before the lock is taken and the last collects its trace after it is let
+    go; between runs, one stops and the next starts inside the hold (host work, `profiler`). The profiler
+    records this process's work alone, and none runs while it waits for the lock."""
     from torch.profiler import ProfilerActivity, profile
 
-    start = time.perf_counter()
-    inside = sum(clock.seconds.get(p, 0.0) for p in ("lock_wait", phase))
-    # Left in reverse order: the lock is released before the profiler stops.
-    with torch.no_grad(), profile(activities=activities or [ProfilerActivity.CUDA]) as prof, hold, clock(phase):
-        for _ in range(iters):
-            fn(*inputs)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-    inside = sum(clock.seconds.get(p, 0.0) for p in ("lock_wait", phase)) - inside
-    clock.seconds["profiler"] = clock.seconds.get("profiler", 0.0) + time.perf_counter() - start - inside
-    return prof
+    activities = activities or [ProfilerActivity.CUDA]
+    profiles = []
+    with torch.no_grad(), clock("profiler"):
+        current = profile(activities=activities)
+        current.__enter__()
+        try:
+            with hold:
+                for k, (fn, inputs, iters, phase) in enumerate(runs):
+                    if k:
+                        current.__exit__(None, None, None)
+                        profiles.append(current)
+                        current = profile(activities=activities)
+                        current.__enter__()
+                    with clock(phase):
+                        for _ in range(iters):
+                            fn(*inputs)
+                        if torch.cuda.is_available():
+                            torch.cuda.synchronize()
+        finally:
+            current.__exit__(None, None, None)
+    return [*profiles, current]
 
 
 def device_ms(prof, iters: int) -> float:
@@ -303,6 +322,16 @@ def _near_window(ms: float, window: tuple[float, float]) -> bool:
     return low / PRESCREEN_MARGIN <= ms <= high * PRESCREEN_MARGIN
 
 
+def _check_events(measurements: dict[str, Any], window: tuple[float, float]) -> None:
+    """CUDA: the checks' forwards timed by events decide a task below the window, or far above it, before the
+    profiler. Events bound a forward's device time from above (they include the gaps between kernels, and the
+    checks may share the GPU), so a task under the window by them is under it by the profiler too; above it,
+    the gaps may be what puts it there, so only a task PRESCREEN_MARGIN above is decided."""
+    low, high = window
+    if measurements["eager_event_ms"] < low or measurements["eager_event_ms"] > high * PRESCREEN_MARGIN:
+        _check_window({**measurements, "eager_ms": measurements["eager_event_ms"]}, window)
+
+
 def _shared(lock):
     """The lock's shared mode where it has one (a GPU's DeviceLock), for the checks' device work."""
     return lock.shared() if hasattr(lock, "shared") else lock
@@ -382,28 +411,41 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
             measurements["output_shapes"] = [list(t.shape) for t in eager_out]
             del outs, rerun
             measurements["eager_ms"] = statistics.median(samples)
-    near = cuda and _near_window(measurements["eager_ms"], cfg.runtime_window_ms)
-    if cuda:
-        measurements["eager_event_ms"] = measurements["eager_ms"]
-    if near:  # the checks' forwards were its warm-up
-        iters = timed_iters(cfg.iters, measurements["eager_ms"])
-        profiled = _profile(model, inputs, iters, clock.holding(device_lock), clock, "eager_timing")
-        with clock("profile_parse"):
-            measurements["eager_ms"] = device_ms(profiled, iters)
+    if not cuda:
+        _check_window(measurements, cfg.runtime_window_ms)
+        if cfg.compile_check:
+            measurements["compile_ms"] = _compile_check_cpu(model, inputs, eager_out, cfg, device_lock, clock)
+        return measurements
+    measurements["eager_event_ms"] = measurements["eager_ms"]
+    _check_events(measurements, cfg.runtime_window_ms)
+    # The compiled model is built and checked before any timing, so that both timings take one exclusive hold
+    # of the GPU; its failure is told after the window, which comes first (and may have the task rescaled).
+    compiled, failed = _compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements)
+    iters = timed_iters(cfg.iters, measurements["eager_ms"])
+    runs = [(model, inputs, iters, "eager_timing")]  # the checks' forwards were its warm-up
+    if compiled is not None:
+        runs.append((compiled, inputs, iters, "compiled_timing"))
+    profiles = _profile(runs, clock.holding(device_lock), clock)
+    with clock("profile_parse"):
+        measurements["eager_ms"] = device_ms(profiles[0], iters)
+        if compiled is not None:
+            measurements["compile_ms"] = device_ms(profiles[1], iters)
     _check_window(measurements, cfg.runtime_window_ms)
-    if cfg.compile_check:
-        measurements["compile_ms"] = _compile_check(model, inputs, eager_out, cfg, device_lock, clock, measurements)
+    if failed is not None:
+        raise CheckFailed(failed.verdict.reason, failed.verdict.detail, measurements)
     return measurements
 
 
-def _locked_backend(backend: str, lock):
+def _locked_backend(backend: str, lock, clock: _PhaseClock | None = None):
     """The torch.compile backend `backend`, with each compiled graph run holding `lock`'s shared mode (unless
-    this process holds the lock already). Compiling, host work, overlaps other tasks' timings; running the
-    compiled kernels, the first run's autotuning of Triton's configurations included, does not. That first run
-    may take seconds of benchmarking, so it is bound by the task's time limit, not the lock's hold limit."""
+    this process holds the lock already), timed as `compiled_first_run` on `clock`. Compiling, host work,
+    overlaps other tasks' timings; running the compiled kernels, the first run's autotuning of Triton's
+    configurations included, does not. That first run may take seconds of benchmarking, so it is bound by the
+    task's time limit, not the lock's hold limit."""
     from torch._dynamo.backends.registry import lookup_backend
 
     inner = lookup_backend(backend)
+    clock = clock or _PhaseClock()
 
     def compile_graph(graph, example_inputs):
         compiled = inner(graph, example_inputs)
@@ -412,7 +454,7 @@ def _locked_backend(backend: str, lock):
             if getattr(lock, "held", True):  # held already, or no lock to hold
                 return compiled(*args)
             unwatched = lock.unwatched_holds() if hasattr(lock, "unwatched_holds") else contextlib.nullcontext()
-            with unwatched, _shared(lock):
+            with unwatched, clock.holding(_shared(lock)), clock("compiled_first_run"):
                 out = compiled(*args)
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()  # its kernels done before the lock is let go
@@ -423,36 +465,57 @@ def _locked_backend(backend: str, lock):
     return compile_graph
 
 
-def _compile_check(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock, measurements):
-    """The compiled model's time; raises CheckFailed where it fails to compile or disagrees with eager. On CUDA
-    its warm-up and the comparison share the GPU like the eager checks, and only an agreeing model is timed."""
+def _compile_failure(error: Exception) -> CheckFailed:
+    reason = OUT_OF_MEMORY if classify_error(error).reason == OUT_OF_MEMORY else COMPILE_ERROR
+    return CheckFailed(reason, one_line(error))
+
+
+MISMATCH_DETAIL = "torch.compile output differs from eager beyond tolerance"
+
+
+def _compile_check_cpu(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock) -> float:
+    """The compiled model's time by the host clock; raises CheckFailed where it fails to compile or disagrees
+    with eager."""
     torch._dynamo.reset()
-    iters = timed_iters(cfg.iters, measurements["eager_ms"])
-    cuda = cfg.device == "cuda"
     try:
         with clock("compile"), torch.no_grad():
-            compiled = torch.compile(model, backend=_locked_backend(cfg.compile_backend, device_lock))
+            compiled = torch.compile(model, backend=_locked_backend(cfg.compile_backend, device_lock, clock))
             compiled_out = flatten_outputs(compiled(*inputs))
-        if cuda:
-            with clock.holding(_shared(device_lock)), clock("compiled_checks"), torch.no_grad():
-                for _ in range(COMPILED_WARMUP):
-                    compiled(*inputs)
-                agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
-            if agree:
-                profiled = _profile(compiled, inputs, iters, clock.holding(device_lock), clock, "compiled_timing")
-                with clock("profile_parse"):
-                    compile_ms = device_ms(profiled, iters)
-        else:
-            with clock.holding(device_lock), clock("compiled_timing"):
-                compile_ms = _host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
-                agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
+        with clock.holding(device_lock), clock("compiled_timing"):
+            compile_ms = _host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
+            agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
     except Exception as e:
-        verdict = classify_error(e)
-        reason = OUT_OF_MEMORY if verdict.reason == OUT_OF_MEMORY else COMPILE_ERROR
-        raise CheckFailed(reason, one_line(e), measurements) from None
+        raise _compile_failure(e) from None
     if not agree:
-        raise CheckFailed(COMPILE_MISMATCH, "torch.compile output differs from eager beyond tolerance", measurements)
+        raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL)
     return compile_ms
+
+
+def _compiled_for_timing(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock,
+                         measurements) -> tuple[Any, CheckFailed | None]:  # fmt: skip
+    """CUDA: the compiled model, warmed up and found to agree with eager (sharing the GPU like the eager
+    checks), ready to be timed; or None and why it failed, for the caller to raise once the window is decided.
+    None and no failure without the compile check. Running out of memory, or a CUDA error that leaves the
+    process's context unusable, is raised at once: nothing more can run (the pool retries the first alone)."""
+    if not cfg.compile_check:
+        return None, None
+    torch._dynamo.reset()
+    try:
+        with clock("compile"), torch.no_grad():
+            compiled = torch.compile(model, backend=_locked_backend(cfg.compile_backend, device_lock, clock))
+            compiled_out = flatten_outputs(compiled(*inputs))
+        with clock.holding(_shared(device_lock)), clock("compiled_checks"), torch.no_grad():
+            for _ in range(COMPILED_WARMUP):
+                compiled(*inputs)
+            agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
+    except Exception as e:
+        failed = _compile_failure(e)
+        if failed.verdict.reason == OUT_OF_MEMORY or is_fatal_cuda_error(failed.verdict):
+            raise CheckFailed(failed.verdict.reason, failed.verdict.detail, measurements) from None
+        return None, failed
+    if not agree:
+        return None, CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL)
+    return compiled, None
 
 
 def device_name(device: str) -> str:

@@ -126,9 +126,10 @@ def test_checks_on_cuda():
         jobs += [Job("nan", fixtures.NAN, 1), Job("constant", fixtures.CONSTANT, 1)]
         good, stochastic, segfault, nan, constant = pool.run(jobs)
     assert good.kept and good.measurements["device_name"].startswith("NVIDIA")
-    # The profiler saw the forwards' kernels, eager and compiled, with the lock held for the forwards alone.
+    # The profiler saw the forwards' kernels, eager and compiled, timed in one hold of the lock.
     assert good.measurements["eager_ms"] > 0 and good.measurements["compile_ms"] > 0
-    assert {"eager_timing", "compiled_checks", "compiled_timing", "profiler"} <= set(good.measurements["phase_s"])
+    phases = {"eager_timing", "compiled_first_run", "compiled_checks", "compiled_timing", "profiler"}
+    assert phases <= set(good.measurements["phase_s"])
     assert stochastic.reason == NOT_DETERMINISTIC
     assert segfault.reason == CRASH
     assert nan.reason == NOT_FINITE  # the device's min and max see the NaN, as the CPU's do
@@ -353,7 +354,9 @@ def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
         assert failed.value.verdict.reason == NOT_FINITE
 
 
-def test_the_profiler_starts_and_collects_outside_the_device_lock():
+def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
+    """Both timings of a task take one hold of the lock: a profiler per run, started before the lock is taken
+    and stopped after it is let go, the profiler switched inside the hold between the runs."""
     import contextlib
 
     from torch._C._autograd import _profiler_enabled
@@ -361,44 +364,53 @@ def test_the_profiler_starts_and_collects_outside_the_device_lock():
 
     from filters.execution import _PhaseClock, _profile
 
-    seen = {}
+    seen = []
 
     @contextlib.contextmanager
     def hold():
-        seen["profiling on entry"] = _profiler_enabled()
+        seen.append(("entry", _profiler_enabled()))
         yield
-        seen["profiling on exit"] = _profiler_enabled()
+        seen.append(("exit", _profiler_enabled()))
 
-    calls = []
     clock = _PhaseClock()
-    prof = _profile(lambda x: calls.append(torch.relu(x)), [torch.randn(8)], 4, hold(), clock, "eager_timing",
-                    activities=[ProfilerActivity.CPU])  # fmt: skip
-    assert len(calls) == 4
-    assert seen == {"profiling on entry": True, "profiling on exit": True}  # the trace goes on past the lock
+    relu, tanh = [], []
+    runs = [(lambda x: relu.append(torch.relu(x)), [torch.randn(8)], 4, "eager_timing"),
+            (lambda x: tanh.append(torch.tanh(x)), [torch.randn(8)], 3, "compiled_timing")]  # fmt: skip
+    first, second = _profile(runs, clock.holding(hold()), clock, activities=[ProfilerActivity.CPU])
+    assert (len(relu), len(tanh)) == (4, 3)
+    assert seen == [("entry", True), ("exit", True)]  # one hold, the traces going on across its ends
     assert not _profiler_enabled()
-    assert any("relu" in e.name for e in prof.events())
-    assert set(clock.seconds) == {"eager_timing", "profiler"} and clock.seconds["profiler"] >= 0
+    names = [{e.name for e in prof.events()} for prof in (first, second)]
+    assert any("relu" in n for n in names[0]) and not any("tanh" in n for n in names[0])
+    assert any("tanh" in n for n in names[1]) and not any("relu" in n for n in names[1])
+    assert set(clock.seconds) == {"eager_timing", "compiled_timing", "profiler", "lock_wait"}
+    assert all(s >= 0 for s in clock.seconds.values())
 
 
-@pytest.mark.parametrize(("source", "timed"), [(fixtures.GOOD, True), (fixtures.COMPILE_MISMATCH, False)])
-def test_on_cuda_only_a_compiled_model_that_agrees_with_eager_is_timed(monkeypatch, source, timed):
-    """The CUDA order of the compile check, run on the CPU with the profiler stubbed: warm-up and comparison
-    first, under the checks' share of the lock, then the timing, for an agreeing model only."""
+def test_nested_phases_count_once():
+    import time
+
+    from filters.execution import _PhaseClock
+
+    clock = _PhaseClock()
+    with clock("compile"):
+        time.sleep(0.02)
+        with clock("compiled_first_run"):
+            time.sleep(0.05)
+    assert clock.seconds["compiled_first_run"] >= 0.05
+    assert 0.02 <= clock.seconds["compile"] < 0.05  # the inner phase's time is not counted twice
+
+
+@pytest.mark.parametrize(("source", "agrees"), [(fixtures.GOOD, True), (fixtures.COMPILE_MISMATCH, False)])
+def test_on_cuda_the_compiled_model_is_checked_before_any_timing(source, agrees):
+    """The CUDA order of the compile check, run on the CPU: compiling, the first run, the warm-up and the
+    comparison with eager, under the checks' share of the lock; an agreeing model comes back to be timed with
+    the eager one, a disagreeing one as the failure to tell once the window is decided."""
     import contextlib
 
-    import filters.execution as execution
-    from filters.execution import CheckFailed, _compile_check, _PhaseClock
+    from filters.execution import _compiled_for_timing, _PhaseClock
     from filters.task_loading import load_task
 
-    profiled = []
-
-    def fake_profile(fn, inputs, iters, hold, clock, phase, activities=None):
-        with hold, clock(phase):
-            profiled.extend(fn(*inputs) for _ in range(iters))
-        return "trace"
-
-    monkeypatch.setattr(execution, "_profile", fake_profile)
-    monkeypatch.setattr(execution, "device_ms", lambda prof, iters: 0.5)
     cfg = ExecutionConfig(device="cuda", runtime_window_ms=(0.0, 20.0), timeout_s=10, compile_backend="aot_eager")
     task = load_task(source)
     torch.manual_seed(0)
@@ -406,15 +418,27 @@ def test_on_cuda_only_a_compiled_model_that_agrees_with_eager_is_timed(monkeypat
     with torch.no_grad():
         eager_out = [model(*inputs)]
     clock = _PhaseClock()
-    if timed:
-        assert _compile_check(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, {"eager_ms": 3.0}) == 0.5
-        assert len(profiled) == 10
+    compiled, failed = _compiled_for_timing(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, {})
+    if agrees:
+        assert failed is None and torch.allclose(compiled(*inputs), eager_out[0])
     else:
-        with pytest.raises(CheckFailed) as failed:
-            _compile_check(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, {"eager_ms": 3.0})
-        assert failed.value.verdict.reason == COMPILE_MISMATCH and profiled == []
+        assert compiled is None and failed.verdict.reason == COMPILE_MISMATCH
     assert {"compile", "compiled_checks"} <= set(clock.seconds)
-    assert ("compiled_timing" in clock.seconds) == timed
+    no_check = ExecutionConfig(device="cuda", runtime_window_ms=(0.0, 20.0), timeout_s=10, compile_check=False)
+    assert _compiled_for_timing(model, inputs, eager_out, no_check, None, clock, {}) == (None, None)
+
+
+def test_on_cuda_the_events_decide_a_task_below_the_window_before_the_profiler():
+    from filters.execution import CheckFailed, _check_events
+
+    window = (1.0, 100.0)
+    for events_ms, reason in ((0.9, RUNTIME_BELOW_WINDOW), (301.0, RUNTIME_ABOVE_WINDOW)):
+        with pytest.raises(CheckFailed) as failed:
+            _check_events({"eager_event_ms": events_ms}, window)
+        assert failed.value.verdict.reason == reason
+        assert failed.value.verdict.measurements["eager_ms"] == events_ms  # what calibration rescales from
+    for events_ms in (1.0, 50.0, 250.0):  # in the window, or above it by no more than the gaps may make up
+        _check_events({"eager_event_ms": events_ms}, window)
 
 
 def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
