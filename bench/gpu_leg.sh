@@ -7,9 +7,10 @@
 # they fail, VALIDATE=1 validates the released examples in DATA (default .gpu-data) on the GPU, REMEASURE=FILE
 # validates the tasks of a Parquet file with one worker (to compare their eager times with those the run's
 # 14 workers measured), and BENCH=1 runs `bench execute` (BENCH_N candidates, default 200) with exclusive and
-# with shared checks (BENCH_MODES, to run one of them). ARGS: generate's options after --out (default: ops6k
-# on CUDA, 14 workers). BUDGET_S: seconds the whole script may take (counted from its start); the leg is cut
-# short so that packing still fits.
+# with shared checks (BENCH_MODES, to run one of them). Once the run has finished, RESAMPLE=N measures N of its
+# rows again with one worker, with nothing else on the GPU (within BUDGET_S). ARGS: generate's options after
+# --out (default: ops6k on CUDA, 14 workers). BUDGET_S: seconds the whole script may take (counted from its
+# start); the leg is cut short so that packing still fits.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 RUN=${RUN:-.gpu-run/ops6k}
@@ -59,6 +60,15 @@ timeout -k 15 "$LEG_S" python3 -m pipeline generate --out "$RUN" $ARGS 2>&1 | te
 status=${PIPESTATUS[0]}
 kill "$monitor" 2>/dev/null
 echo "generate exited with $status" | tee -a "$OUT/leg.log"
+if [ -f "$RUN/stats.json" ] && [ -n "${RESAMPLE:-}" ]; then  # RESAMPLE rows of the finished set measured again
+  left=$((${BUDGET_S:-100000} - SECONDS - 40))
+  if [ "$left" -gt 30 ]; then
+    echo "re-measuring $RESAMPLE rows of the finished set (at most $left s)"
+    timeout "$left" python3 -m pipeline validate "$RUN" --sample "$RESAMPLE" --device cuda --no-compile-check \
+      --workers 1 --report "$OUT/resample.jsonl" >"$OUT/resample.log" 2>&1
+    tail -2 "$OUT/resample.log"
+  fi
+fi
 if [ -f "$RUN/stats.json" ]; then
   cp "$RUN/stats.json" "$OUT/stats.json"
   tar czf - -C "$(dirname "$RUN")" --exclude=.opsynth "$(basename "$RUN")" | split -b 15M - "$OUT/dataset.tgz."

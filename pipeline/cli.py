@@ -27,7 +27,8 @@ Options not listed here are passed to Apache Beam (e.g. --runner, --direct_num_w
 VALIDATE_EXAMPLES = """examples:
   opsynth validate task.py --device cpu --runtime-window-ms 0,100
   opsynth validate tasks/ --device cuda --report verdicts.jsonl
-  opsynth validate CUDA-Agent-Ops-6K/data/train.parquet --no-compile-check"""
+  opsynth validate CUDA-Agent-Ops-6K/data/train.parquet --no-compile-check
+  opsynth validate out --sample 100 --device cuda --workers 1   (a generated set: re-measure 100 of its rows)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,7 +87,9 @@ def _add_decontamination_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_task_input_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", help="a .py task, a folder of them, or a Parquet file with a `code` column")
+    p.add_argument(
+        "input", help="a .py task, a folder of them, a Parquet file with a `code` column, or a dataset folder"
+    )
     p.add_argument("--report", help="write one JSON line per task to this file")
 
 
@@ -136,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_task_input_args(val)
+    val.add_argument("--sample", type=int, help="validate this many of the tasks, drawn at random")
+    val.add_argument("--sample-seed", type=int, default=0, help="seeds the --sample draw (default 0)")
     _add_execution_args(val)
 
     sim = sub.add_parser(
@@ -377,9 +382,19 @@ def cmd_generate(args, extra: list[str]) -> int:
 
 def cmd_validate(args) -> int:
     from pipeline.run import execution_config
-    from pipeline.validate import read_tasks, summarize, validate_tasks, write_report
+    from pipeline.validate import (
+        compare_recorded,
+        read_tasks,
+        recorded_eager_ms,
+        sample_tasks,
+        summarize,
+        validate_tasks,
+        write_report,
+    )
 
     tasks = read_tasks(args.input)
+    if args.sample is not None:
+        tasks = sample_tasks(tasks, args.sample, args.sample_seed)
     s = _execution_settings(args)
     execution = execution_config(
         s["device"], s["runtime_window_ms"], s["timeout_s"], s["compile_check"], s["workers"], s["shared_checks"]
@@ -392,6 +407,9 @@ def cmd_validate(args) -> int:
         detail = f"  ({r.verdict.detail})" if r.verdict.detail else ""
         print(f"{r.task}: {r.verdict.reason}{detail}")
     print(summarize(results))
+    recorded = compare_recorded(results, recorded_eager_ms(args.input))
+    if recorded:
+        print(recorded)
     return 0
 
 

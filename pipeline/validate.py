@@ -1,6 +1,7 @@
 """`opsynth validate`: every filter of the pipeline, in the pipeline's order, on existing tasks.
 
-Input is a `.py` task, a folder of them, or a Parquet file with a `code` column (such as CUDA-Agent-Ops-6K);
+Input is a `.py` task, a folder of them, a Parquet file with a `code` column (such as CUDA-Agent-Ops-6K), or a
+dataset folder that `generate` wrote (then the eager times it recorded are compared with those measured now);
 cheap checks (shape check on meta, decontamination) run before any execution, and a task's verdict is the
 first reason it fails.
 """
@@ -8,9 +9,12 @@ first reason it fails.
 from __future__ import annotations
 
 import json
+import random
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from filters.decontamination import KernelBenchIndex, decontaminate
 from filters.execution import ExecutionConfig
@@ -20,6 +24,7 @@ from filters.workers import Job, WorkerPool
 from outputs.shards import write_text_atomic
 from pipeline.errors import UsageError
 
+T = TypeVar("T")
 VALIDATE_SEED = 20260229  # the same seed for every task, so a verdict is reproducible
 
 
@@ -37,30 +42,86 @@ class TaskResult:
         }
 
 
-def read_tasks(input_path: str) -> list[tuple[str, str]]:
-    """(task name, source) pairs from a `.py` file, a folder of `.py` files, or a Parquet file with `code`."""
-    path = Path(input_path)
-    if not path.exists():
-        raise UsageError(f"{input_path}: no such file or folder; give a .py task, a folder of them, or a Parquet file")
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix == ".py" and p.is_file())
-        if not files:
-            raise UsageError(f"{input_path} holds no .py files; give a folder of KernelBench-style tasks")
-        return [(p.name, p.read_text(encoding="utf-8", errors="replace")) for p in files]
-    if path.suffix == ".py":
-        return [(path.name, path.read_text(encoding="utf-8", errors="replace"))]
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+INPUT_HELP = "give a .py task, a folder of them, a Parquet file with a `code` column, or a dataset folder"
 
+
+def _parquet_tasks(files: list[Path]) -> list[tuple[str, str]]:
+    """(name, code) of every row: the `id` column names a row where there is one (a generated set), else its
+    index (in a single file) or `file:index`."""
+    import pyarrow.parquet as pq
+
+    tasks = []
+    for path in files:
         try:
             schema = pq.read_schema(path)
         except Exception as e:
-            raise UsageError(f"{input_path} is not a readable Parquet file ({type(e).__name__})") from None
+            raise UsageError(f"{path} is not a readable Parquet file ({type(e).__name__})") from None
         if "code" not in schema.names:
-            raise UsageError(f"{input_path} has no `code` column (columns: {', '.join(schema.names)})")
-        codes = pq.read_table(path, columns=["code"]).column("code").to_pylist()
-        return [(str(i), code or "") for i, code in enumerate(codes)]
-    raise UsageError(f"{input_path}: expected a .py file, a folder of them, or a .parquet file")
+            raise UsageError(f"{path} has no `code` column (columns: {', '.join(schema.names)}); {INPUT_HELP}")
+        table = pq.read_table(path, columns=[c for c in ("code", "id") if c in schema.names])
+        codes = table.column("code").to_pylist()
+        if "id" in schema.names:
+            names = [str(x) for x in table.column("id").to_pylist()]
+        else:
+            names = [str(i) if len(files) == 1 else f"{path.name}:{i}" for i in range(len(codes))]
+        tasks += [(name, code or "") for name, code in zip(names, codes, strict=True)]
+    return tasks
+
+
+def _dataset_shards(folder: Path) -> list[Path]:
+    """The Parquet files of a dataset folder: in it, or in its `data/` folder as `generate` writes them."""
+    for place in (folder, folder / "data"):
+        shards = sorted(p for p in place.glob("*.parquet") if p.is_file())
+        if shards:
+            return shards
+    return []
+
+
+def read_tasks(input_path: str) -> list[tuple[str, str]]:
+    """(task name, source) pairs from a `.py` file, a folder of `.py` files, a Parquet file with `code`, or a
+    dataset folder (Parquet shards in it or in its `data/`, such as `generate` writes)."""
+    path = Path(input_path)
+    if not path.exists():
+        raise UsageError(f"{input_path}: no such file or folder; {INPUT_HELP}")
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix == ".py" and p.is_file())
+        if files:
+            return [(p.name, p.read_text(encoding="utf-8", errors="replace")) for p in files]
+        shards = _dataset_shards(path)
+        if not shards:
+            raise UsageError(f"{input_path} holds no .py files and no Parquet shards; {INPUT_HELP}")
+        return _parquet_tasks(shards)
+    if path.suffix == ".py":
+        return [(path.name, path.read_text(encoding="utf-8", errors="replace"))]
+    if path.suffix == ".parquet":
+        return _parquet_tasks([path])
+    raise UsageError(f"{input_path}: expected a .py file, a folder, or a .parquet file; {INPUT_HELP}")
+
+
+def recorded_eager_ms(input_path: str) -> dict[str, float]:
+    """Task name -> the eager time a generated set recorded for it (its `eager_ms` column), where the input is
+    Parquet with one; empty otherwise."""
+    import pyarrow.parquet as pq
+
+    path = Path(input_path)
+    files = _dataset_shards(path) if path.is_dir() else [path] if path.suffix == ".parquet" else []
+    recorded: dict[str, float] = {}
+    for file in files:
+        if not {"id", "eager_ms"} <= set(pq.read_schema(file).names):
+            return {}
+        table = pq.read_table(file, columns=["id", "eager_ms"])
+        ids, times = table.column("id").to_pylist(), table.column("eager_ms").to_pylist()
+        recorded.update(zip(map(str, ids), times, strict=True))
+    return {name: ms for name, ms in recorded.items() if ms is not None}
+
+
+def sample_tasks(tasks: list[T], n: int, seed: int) -> list[T]:
+    """`n` of the tasks drawn at random (the same ones for the same seed), in their input order."""
+    if n <= 0:
+        raise UsageError(f"--sample {n}: give a positive number of tasks to draw")
+    if n >= len(tasks):
+        return list(tasks)
+    return [tasks[i] for i in sorted(random.Random(seed).sample(range(len(tasks)), n))]
 
 
 def validate_tasks(
@@ -100,6 +161,25 @@ def summarize(results: list[TaskResult]) -> str:
     kept = counts.pop(KEEP, 0)
     parts = [f"{kept} keep"] + [f"{n} {reason}" for reason, n in counts.most_common()]
     return f"{len(results)} tasks: " + ", ".join(parts)
+
+
+def compare_recorded(results: list[TaskResult], recorded: dict[str, float]) -> str | None:
+    """How the eager times measured now compare with those the set recorded, over the tasks timed both ways;
+    None where there are none."""
+    ratios = sorted(
+        r.verdict.measurements["eager_ms"] / recorded[r.task]
+        for r in results
+        if r.task in recorded and recorded[r.task] > 0 and "eager_ms" in r.verdict.measurements
+    )
+    if not ratios:
+        return None
+    kept = sum(r.verdict.reason == KEEP for r in results if r.task in recorded)
+    low, high = ratios[round(0.05 * (len(ratios) - 1))], ratios[round(0.95 * (len(ratios) - 1))]
+    return (
+        f"eager time measured now / recorded, over {len(ratios)} tasks: median {statistics.median(ratios):.3f} "
+        f"(5-95 %: {low:.3f}-{high:.3f}); {kept} of the {sum(r.task in recorded for r in results)} recorded "
+        "tasks keep"
+    )
 
 
 def write_report(path: str, results: list[TaskResult]) -> None:

@@ -141,6 +141,32 @@ def test_validate_reports_one_line_per_task_with_the_first_reason(tmp_path, caps
     assert "5 tasks: 1 keep" in stdout
 
 
+def test_validate_re_measures_a_sample_of_a_generated_set(tmp_path, capsys):
+    """A dataset folder is an input too: its rows are named by `id`, `--sample` draws some of them, and the
+    eager times the set recorded are compared with those measured now."""
+    (tmp_path / "set" / "data").mkdir(parents=True)
+    rows = {"id": ["torch#1/0", "torch#1/1", "torch#1/2"], "code": [fixtures.GOOD, fixtures.CONSTANT, fixtures.GOOD],
+            "eager_ms": [0.5, 0.5, 1e6]}  # fmt: skip
+    pq.write_table(pa.table(rows), tmp_path / "set" / "data" / "train-00000-of-00001.parquet")
+    report = tmp_path / "report.jsonl"
+    argv = ["validate", str(tmp_path / "set"), "--device", "cpu", "--runtime-window-ms", "0,100", "--timeout-s",
+            "20", "--no-compile-check", "--workers", "1", "--report", str(report)]  # fmt: skip
+    code, stdout, _ = _run(capsys, argv)
+    assert code == 0
+    verdicts = {line["task"]: line["verdict"] for line in map(json.loads, report.read_text().splitlines())}
+    assert verdicts == {"torch#1/0": "keep", "torch#1/1": "indistinguishable_outputs", "torch#1/2": "keep"}
+    # Timed both ways: the two that keep (the constant one is decided before its timing).
+    assert "measured now / recorded, over 2 tasks" in stdout and "2 of the 3 recorded tasks keep" in stdout
+
+    code, stdout, _ = _run(capsys, [*argv, "--sample", "2", "--sample-seed", "1"])
+    drawn = [json.loads(line)["task"] for line in report.read_text().splitlines()]
+    assert code == 0 and len(drawn) == 2 and drawn == sorted(drawn)  # in the set's order
+    code, _, _ = _run(capsys, [*argv, "--sample", "2", "--sample-seed", "1"])
+    assert [json.loads(line)["task"] for line in report.read_text().splitlines()] == drawn  # the same draw
+    code, _, stderr = _run(capsys, [*argv, "--sample", "0"])
+    assert code == 2 and "--sample 0" in stderr
+
+
 def test_catalog_json_lists_typed_entries(capsys):
     code, stdout, _ = _run(capsys, ["catalog", "--json"])
     entries = json.loads(stdout)["entries"]
