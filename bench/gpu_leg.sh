@@ -3,24 +3,30 @@
 # for at most LEG_S seconds, samples the GPU's use and the verdicts checkpointed every 5 s, and packs the run
 # folder into $OUT in parts of at most 15 MB; the next leg, which may start on a fresh machine, resumes it from
 # those parts put in .gpu-state/ (where RUN is absent). When the run finishes, the dataset folder (without its
-# work files) is packed as dataset.tgz.* parts. Before the leg, CHECK=1 runs the GPU tests and stops there if
-# they fail, VALIDATE=1 validates the released examples in DATA (default .gpu-data) on the GPU, REMEASURE=FILE
-# validates the tasks of a Parquet file with one worker (to compare their eager times with those the run's
-# 14 workers measured), and BENCH=1 runs `bench execute` (BENCH_N candidates, default 200) with exclusive and
-# with shared checks (BENCH_MODES, to run one of them). Once the run has finished, RESAMPLE=N measures N of its
-# rows again with one worker, with nothing else on the GPU (within BUDGET_S). ARGS: generate's options after
-# --out (default: ops6k on CUDA, 14 workers). BUDGET_S: seconds the whole script may take (counted from its
-# start); the leg is cut short so that packing still fits.
+# work files) is packed as dataset.tgz.* parts, which a later call unpacks the same way.
+#
+# Before the leg: CHECK=1 runs the GPU tests and stops there if they fail; VALIDATE=1 validates the released
+# examples in DATA (default .gpu-data); REMEASURE=FILE validates the tasks of a Parquet file with one worker (to
+# compare their eager times with those the run's workers measured); BENCH=1 runs `bench execute` (BENCH_N
+# candidates, default 200) with exclusive and with shared checks (BENCH_MODES, to run one of them).
+# Once the run has finished: RESAMPLE=N measures N of its rows again with one worker, nothing else on the GPU;
+# then VALIDATE=after validates the released examples.
+# ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers). DEVICE: the validations' device.
+# BUDGET_S: seconds the whole script may take (counted from its start); the leg is cut short so that what
+# follows it still fits.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 RUN=${RUN:-.gpu-run/ops6k}
 LEG_S=${LEG_S:-540}
 ARGS=${ARGS:---preset ops6k --device cuda --seed 1 --workers 14}
+DEVICE=${DEVICE:-cuda}  # of the validations
 mkdir -p "$OUT" "$(dirname "$RUN")"
-if [ ! -d "$RUN" ] && ls .gpu-state/run.tgz.* >/dev/null 2>&1; then
-  cat .gpu-state/run.tgz.* | tar xzf - -C "$(dirname "$RUN")"
-  echo "unpacked the carried run into $RUN"
-fi
+for packed in run dataset; do  # a run to resume, or a finished one (to re-measure: RESAMPLE, VALIDATE=after)
+  if [ ! -d "$RUN" ] && ls .gpu-state/$packed.tgz.* >/dev/null 2>&1; then
+    cat .gpu-state/$packed.tgz.* | tar xzf - -C "$(dirname "$RUN")"
+    echo "unpacked the carried $packed into $RUN"
+  fi
+done
 if [ -n "${CHECK:-}" ]; then  # the GPU tests first: a broken check must not put its verdicts into the run
   if ! timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider -x tests/filters/test_execution.py \
     >"$OUT/check.log" 2>&1; then
@@ -29,12 +35,16 @@ if [ -n "${CHECK:-}" ]; then  # the GPU tests first: a broken check must not put
     exit 1
   fi
 fi
-if [ -n "${VALIDATE:-}" ]; then  # the released examples re-measured on this GPU, for the comparison
-  timeout 240 python3 -m pipeline validate "${DATA:-.gpu-data}/ops6k_examples.parquet" --device cuda \
+validate_released() {  # the released examples re-measured on this GPU, for the comparison
+  timeout "$1" python3 -m pipeline validate "${DATA:-.gpu-data}/ops6k_examples.parquet" --device "$DEVICE" \
     --no-compile-check --workers 4 --report "$OUT/validate.jsonl" >"$OUT/validate.log" 2>&1
+  tail -1 "$OUT/validate.log"
+}
+if [ -n "${VALIDATE:-}" ] && [ "$VALIDATE" != after ]; then
+  validate_released 240
 fi
 if [ -n "${REMEASURE:-}" ]; then  # rows of the run re-measured by one worker, with no other work on the GPU
-  timeout 240 python3 -m pipeline validate "$REMEASURE" --device cuda --no-compile-check --workers 1 \
+  timeout 240 python3 -m pipeline validate "$REMEASURE" --device "$DEVICE" --no-compile-check --workers 1 \
     --report "$OUT/remeasure.jsonl" >"$OUT/remeasure.log" 2>&1
 fi
 if [ -n "${BENCH:-}" ]; then  # the execution stage alone, exclusive and shared checks, before the leg
@@ -55,19 +65,26 @@ if [ -n "${BUDGET_S:-}" ] && [ $((BUDGET_S - SECONDS - 45)) -lt "$LEG_S" ]; then
   LEG_S=$((BUDGET_S - SECONDS - 45))
   echo "the leg runs $LEG_S s, to end within BUDGET_S=$BUDGET_S s"
 fi
-# shellcheck disable=SC2086
-timeout -k 15 "$LEG_S" python3 -m pipeline generate --out "$RUN" $ARGS 2>&1 | tee "$OUT/leg.log"
-status=${PIPESTATUS[0]}
+if [ -f "$RUN/stats.json" ]; then
+  echo "the run in $RUN has finished" | tee "$OUT/leg.log"
+else
+  # shellcheck disable=SC2086
+  timeout -k 15 "$LEG_S" python3 -m pipeline generate --out "$RUN" $ARGS 2>&1 | tee "$OUT/leg.log"
+  echo "generate exited with ${PIPESTATUS[0]}" | tee -a "$OUT/leg.log"
+fi
 kill "$monitor" 2>/dev/null
-echo "generate exited with $status" | tee -a "$OUT/leg.log"
 if [ -f "$RUN/stats.json" ] && [ -n "${RESAMPLE:-}" ]; then  # RESAMPLE rows of the finished set measured again
   left=$((${BUDGET_S:-100000} - SECONDS - 40))
   if [ "$left" -gt 30 ]; then
     echo "re-measuring $RESAMPLE rows of the finished set (at most $left s)"
-    timeout "$left" python3 -m pipeline validate "$RUN" --sample "$RESAMPLE" --device cuda --no-compile-check \
-      --workers 1 --report "$OUT/resample.jsonl" >"$OUT/resample.log" 2>&1
+    timeout "$left" python3 -m pipeline validate "$RUN" --sample "$RESAMPLE" --device "$DEVICE" \
+      --no-compile-check --workers 1 --report "$OUT/resample.jsonl" >"$OUT/resample.log" 2>&1
     tail -2 "$OUT/resample.log"
   fi
+fi
+if [ -f "$RUN/stats.json" ] && [ "${VALIDATE:-}" = after ]; then
+  left=$((${BUDGET_S:-100000} - SECONDS - 40))
+  [ "$left" -gt 60 ] && validate_released "$((left < 240 ? left : 240))"
 fi
 if [ -f "$RUN/stats.json" ]; then
   cp "$RUN/stats.json" "$OUT/stats.json"
