@@ -43,9 +43,12 @@ def build_stats(
     device: str,
     generator_version: str,
     checkpointed: tuple[int, dict[str, float]] = (0, {}),
+    sessions: list[dict] | None = None,
 ) -> dict:
     """`dropped` counts rejections by (stage, reason); `rows_per_source` the rows written per data source;
-    `checkpointed` the run's checkpointed verdicts and their phases' seconds summed (see ExecutionProgress)."""
+    `checkpointed` the run's checkpointed verdicts and their phases' seconds summed (see ExecutionProgress);
+    `sessions` the wall time of every process that worked on the run (see pipeline.sessions)."""
+    sessions = sessions or []
     verdicts, phase_totals = checkpointed
     candidates = sum(r["candidates"] for r in rounds)
     by_stage: dict[str, Counter] = {s: Counter() for s in STAGES}
@@ -83,7 +86,10 @@ def build_stats(
         "released_mixture_percent": OPS6K_MIXTURE,
         "rounds": rounds,
         "timings_s": {
-            "total": round(wall_s, 3),
+            "total": round(wall_s, 3),  # this process's; a resumed run's earlier processes are in `sessions`
+            # Every process that worked on the run (stopped and resumed ones), and their sum: the run's wall time.
+            "sessions": sessions,
+            "sessions_total": round(sum(s["wall_s"] for s in sessions), 1),
             "rounds": round(sum(r["wall_s"] for r in rounds), 3),
             # Work inside each stage, summed over its workers (so it can exceed the wall time).
             "stage_work": {

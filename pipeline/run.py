@@ -62,6 +62,7 @@ from pipeline.options import GenerateOptions, quotas
 from pipeline.progress import ExecutionProgress
 from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
 from pipeline.selection import Selector
+from pipeline.sessions import SessionClock, read_sessions
 from pipeline.stages import release_pool, stage_work_seconds
 
 STATE_DIR = ".opsynth"
@@ -268,7 +269,14 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         stats = json.loads((out / "stats.json").read_text())
         log(f"{out} already holds the finished dataset ({stats['counts']['rows']} rows); nothing to do")
         return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
+    with SessionClock(work_root) as session:
+        return _generate(options, beam_args, log, quota, work_root, session)
 
+
+def _generate(
+    options: GenerateOptions, beam_args: list[str], log, quota: dict[str, int], work_root: str, session: SessionClock
+) -> RunResult:
+    out = Path(options.out)
     execution = execution_config(
         options.device,
         options.runtime_window_ms,
@@ -384,6 +392,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         rejected_rows, REJECTED_SCHEMA, out / "rejected", "rejected", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS
     )
     checkpointed = ExecutionProgress(workfiles.join(work_root, PROGRESS_DIR)).load()
+    session.write(finished=True)  # its work done but for writing what follows
     stats = build_stats(
         options=options,
         quota=quota,
@@ -393,6 +402,7 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         rounds=rounds,
         checkpointed=(len(checkpointed.done), checkpointed.phase_totals()),
         wall_s=time.monotonic() - started,
+        sessions=read_sessions(work_root),
         device=device_name(options.device),
         generator_version=version,
     )

@@ -58,3 +58,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
     # The phases of every verdict, the killed run's included, as if it had run once.
     every = stats["timings_s"]["checkpointed_worker_phases"]
     assert every["verdicts"] == reference_stats["funnel"]["execute"]["in"] == len(keys)
+    # The run's wall time is both processes': the killed one's (recorded at its start) and the resumed one's.
+    sessions = stats["timings_s"]["sessions"]
+    assert sorted(s["finished"] for s in sessions) == [False, True]
+    assert stats["timings_s"]["sessions_total"] == round(sum(s["wall_s"] for s in sessions), 1)
+    assert [s["finished"] for s in reference_stats["timings_s"]["sessions"]] == [True]

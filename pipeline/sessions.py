@@ -1,0 +1,65 @@
+"""The wall time of every process that worked on a run: a run stopped and resumed (by a time limit, a lost
+machine) spends the sum of them, which no single process sees.
+
+Each `generate` process writes its own file under the work folder, `sessions/<start>-<pid>.json`, when it starts
+and again every `SESSION_TICK_S` from a background thread, so a process killed outright leaves its time to within
+that tick. `stats.json` lists them and their sum.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from datetime import UTC, datetime
+
+from pipeline import workfiles
+
+SESSIONS_DIR = "sessions"
+SESSION_TICK_S = 10.0
+
+
+class SessionClock:
+    """Records this process's wall time on the run in `work_root`; a context manager."""
+
+    def __init__(self, work_root: str, tick_s: float = SESSION_TICK_S):
+        self.folder = workfiles.join(work_root, SESSIONS_DIR)
+        self.started = datetime.now(UTC)
+        self._t0 = time.monotonic()
+        self.path = workfiles.join(self.folder, f"{self.started.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json")
+        self._tick_s = tick_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="opsynth-session-clock", daemon=True)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def write(self, finished: bool = False) -> None:
+        record = {"started": self.started.isoformat(timespec="seconds"), "wall_s": round(self.elapsed(), 1)}
+        workfiles.write_text(self.path, json.dumps({**record, "finished": finished}, sort_keys=True))
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self._tick_s):
+            with contextlib.suppress(OSError):  # a work folder gone for a moment (a network mount) costs a tick
+                self.write()
+
+    def __enter__(self) -> SessionClock:
+        workfiles.mkdirs(self.folder)
+        self.write()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.write(finished=exc[0] is None)
+
+
+def read_sessions(work_root: str) -> list[dict]:
+    """Every process's record, oldest first."""
+    folder = workfiles.join(work_root, SESSIONS_DIR)
+    if not workfiles.exists(folder):
+        return []
+    return [json.loads(workfiles.read_text(p)) for p in workfiles.match(workfiles.join(folder, "*.json"))]
