@@ -242,7 +242,14 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
             f = stats["funnel"][stage]
             dropped = ", ".join(f"{k} {v:,}" for k, v in f["dropped"].items()) or "-"
             md.append(f"| {stage} | {f['in']:,} | {f['kept']:,} | {dropped} |")
-        md += ["", f"Wall time {stats['timings_s']['total']:.0f} s over {len(stats.get('rounds', []))} rounds.", ""]
+        timings, rounds = stats["timings_s"], len(stats.get("rounds", []))
+        sessions = timings.get("sessions", [])
+        if len(sessions) > 1:
+            walls = " + ".join(f"{s['wall_s']:.0f}" for s in sessions)
+            md += ["", f"Wall time {timings['sessions_total']:.0f} s over {rounds} rounds, in {len(sessions)} "
+                   f"processes (stopped and resumed): {walls} s.", ""]  # fmt: skip
+        else:
+            md += ["", f"Wall time {timings['total']:.0f} s over {rounds} rounds.", ""]
 
     path = out / "comparison.md"
     write_text_atomic(path, "\n".join(md))

@@ -1,6 +1,8 @@
 """`opsynth generate` end to end on the tiny workload, and the folder checked the way a user would."""
 
 import json
+import re
+import shutil
 
 import pytest
 import torch
@@ -161,8 +163,22 @@ def test_compare_reports_the_folder_beside_the_released_set(generated, ops6k_exa
     assert text.count("input tensors by dtype {'float32': ") == 2  # this set's inputs and the released ones
     for name in ("top_operators", "eager_time", "kb_similarity"):
         assert (out / "figures" / f"{name}.png").stat().st_size > 1000
+    assert re.search(r"Wall time \d+ s over \d+ rounds\.", text)
     assert main(["compare", str(tmp_path), "--out", str(out)]) == 2  # not a dataset folder
     assert "not a generated dataset folder" in capsys.readouterr().err
+
+
+def test_compare_gives_a_resumed_runs_wall_time_over_its_processes(generated, tmp_path):
+    resumed = tmp_path / "resumed"
+    shutil.copytree(generated, resumed, ignore=shutil.ignore_patterns(".opsynth"))
+    stats = json.loads((resumed / "stats.json").read_text())
+    stats["timings_s"]["sessions"] = [{"started": "a", "wall_s": 500.0, "finished": False},
+                                      {"started": "b", "wall_s": 120.4, "finished": True}]  # fmt: skip
+    stats["timings_s"]["sessions_total"] = 620.4
+    (resumed / "stats.json").write_text(json.dumps(stats))
+    assert main(["compare", str(resumed), "--out", str(tmp_path / "report")]) == 0
+    assert "Wall time 620 s over" in (tmp_path / "report" / "comparison.md").read_text()
+    assert "in 2 processes (stopped and resumed): 500 + 120 s." in (tmp_path / "report" / "comparison.md").read_text()
 
 
 def test_a_large_rounds_cpu_stages_use_several_processes_unless_the_user_chose(monkeypatch):
