@@ -414,7 +414,8 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
     if not cuda:
         _check_window(measurements, cfg.runtime_window_ms)
         if cfg.compile_check:
-            measurements["compile_ms"] = _compile_check_cpu(model, inputs, eager_out, cfg, device_lock, clock)
+            measurements["compile_ms"] = _compile_check_cpu(model, inputs, eager_out, cfg, device_lock, clock,
+                                                            measurements)  # fmt: skip
         return measurements
     measurements["eager_event_ms"] = measurements["eager_ms"]
     _check_events(measurements, cfg.runtime_window_ms)
@@ -473,9 +474,10 @@ def _compile_failure(error: Exception) -> CheckFailed:
 MISMATCH_DETAIL = "torch.compile output differs from eager beyond tolerance"
 
 
-def _compile_check_cpu(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock) -> float:
-    """The compiled model's time by the host clock; raises CheckFailed where it fails to compile or disagrees
-    with eager."""
+def _compile_check_cpu(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock,
+                       measurements) -> float:  # fmt: skip
+    """The compiled model's time by the host clock; raises CheckFailed (with what was measured) where it fails
+    to compile or disagrees with eager."""
     torch._dynamo.reset()
     try:
         with clock("compile"), torch.no_grad():
@@ -485,9 +487,10 @@ def _compile_check_cpu(model, inputs: list, eager_out: list, cfg: ExecutionConfi
             compile_ms = _host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
             agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
     except Exception as e:
-        raise _compile_failure(e) from None
+        failed = _compile_failure(e).verdict
+        raise CheckFailed(failed.reason, failed.detail, measurements) from None
     if not agree:
-        raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL)
+        raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL, measurements)
     return compile_ms
 
 

@@ -105,6 +105,7 @@ def test_compile_check_logic(source, backend, expected):
                           compile_backend=backend, warmup=1, iters=2)  # fmt: skip
     verdict = run_checks(source, 3, cfg)
     assert verdict.reason == expected, verdict
+    assert verdict.measurements["eager_ms"] > 0  # a compile failure keeps what was measured before it
     if expected == KEEP:
         assert verdict.measurements["compile_ms"] > 0
 
