@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from operator_catalog.faithfulness import ops_faithful, ops_mentioned
 from operator_catalog.weights import OPS6K_COUNTS
 from outputs.figures import axes, log_bins, save
 from outputs.shards import write_text_atomic
-from outputs.stats import STAGES
+from outputs.stats import STAGES, spread
 from pipeline.config import AST_SIMILARITY_THRESHOLD, OPS6K_MIXTURE
 
 # Measured on the released set's 6,000 rows: distinct ordered `ops` lists over rows.
@@ -49,15 +48,6 @@ def _read_rows(path: Path, columns: list[str]) -> list[dict]:
         table = pq.read_table(f)
         rows.extend(table.select([c for c in columns if c in table.column_names]).to_pylist())
     return rows
-
-
-def _quantiles(values: list[float]) -> str:
-    if not values:
-        return "n/a"
-    if len(values) < 4:
-        return f"median {statistics.median(values):.3g}"
-    q1, q2, q3 = statistics.quantiles(values, n=4)
-    return f"median {q2:.3g} (quartiles {q1:.3g} - {q3:.3g}; {min(values):.3g} - {max(values):.3g})"
 
 
 def _inputs(code: str) -> tuple[int, list[str]] | None:
@@ -174,20 +164,20 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
         dtypes.update(s.get("dtype", "float32") for s in shapes)
     released = [x for x in (_inputs(r["code"]) for r in theirs.rows) if x]
     md += ["## Inputs", ""]
-    md += [f"Input elements per task, this set: {_quantiles(sizes)}; input tensors by dtype {dict(dtypes)}."]
+    md += [f"Input elements per task, this set: {spread(sizes)}; input tensors by dtype {dict(dtypes)}."]
     if released:
         released_dtypes = Counter(d for _, ds in released for d in ds)
-        md += [f"The released examples: {_quantiles([e for e, _ in released])}; input tensors by dtype "
+        md += [f"The released examples: {spread([e for e, _ in released])}; input tensors by dtype "
                f"{dict(released_dtypes)}."]  # fmt: skip
     md.append("")
 
     # Eager time.
     eager = [r["eager_ms"] for r in ours.rows if r.get("eager_ms")]
     released_eager = [r["eager_ms"] for r in report if r.get("eager_ms")]
-    md += ["## Eager time", "", f"This set on {device}: {_quantiles(eager)} ms."]
+    md += ["## Eager time", "", f"This set on {device}: {spread(eager)} ms."]
     if released_eager:
         kept = sum(1 for r in report if r.get("verdict") == "keep")
-        md += [f"The released examples re-measured with `opsynth validate`: {_quantiles(released_eager)} ms; "
+        md += [f"The released examples re-measured with `opsynth validate`: {spread(released_eager)} ms; "
                f"{kept} of {len(report)} pass every check there."]  # fmt: skip
     md.append("")
     if eager:
@@ -202,12 +192,12 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
     low, high = PAPER_SIMILARITY_BAND
     in_band = sum(low <= s <= high for s in sims) / max(1, len(sims))
     md += ["## Similarity to KernelBench", ""]
-    md += [f"`kb_ast_similarity` (the paper's score, max over KernelBench levels 1-3): {_quantiles(sims)}; "
+    md += [f"`kb_ast_similarity` (the paper's score, max over KernelBench levels 1-3): {spread(sims)}; "
            f"{100 * in_band:.1f} % in [{low}, {high}], where the paper puts most kept tasks; "
            f"{sum(s > AST_SIMILARITY_THRESHOLD for s in sims)} above the {AST_SIMILARITY_THRESHOLD} threshold "
            "(the paper: none)."]  # fmt: skip
     if released_sims:
-        md += [f"The released examples: {_quantiles(released_sims)}."]
+        md += [f"The released examples: {spread(released_sims)}."]
     md.append("")
     _hist_compare(figures / "kb_similarity.png", sims, released_sims, [i / 50 for i in range(51)],
                   "AST similarity to the nearest KernelBench task", "kb_ast_similarity",

@@ -8,6 +8,7 @@ the selection then skips near-duplicates and repeated operator graphs and stops 
 from __future__ import annotations
 
 import platform
+import statistics
 from collections import Counter
 
 from filters.execution import PHASES
@@ -29,6 +30,16 @@ def _versions(generator_version: str) -> dict:
         "apache_beam": apache_beam.__version__,
         "python": platform.python_version(),
     }
+
+
+def spread(values: list[float]) -> str:
+    """A sample in a few words: its median, quartiles and range (3 significant digits)."""
+    if not values:
+        return "n/a"
+    if len(values) < 4:
+        return f"median {statistics.median(values):.3g}"
+    q1, q2, q3 = statistics.quantiles(values, n=4)
+    return f"median {q2:.3g} (quartiles {q1:.3g} - {q3:.3g}; {min(values):.3g} - {max(values):.3g})"
 
 
 def build_stats(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import random
-import statistics
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from filters.reasons import KEEP, Verdict
 from filters.shape_check import check_shapes
 from filters.workers import Job, WorkerPool
 from outputs.shards import write_text_atomic
+from outputs.stats import spread
 from pipeline.errors import UsageError
 
 T = TypeVar("T")
@@ -166,19 +166,17 @@ def summarize(results: list[TaskResult]) -> str:
 def compare_recorded(results: list[TaskResult], recorded: dict[str, float]) -> str | None:
     """How the eager times measured now compare with those the set recorded, over the tasks timed both ways;
     None where there are none."""
-    ratios = sorted(
+    ratios = [
         r.verdict.measurements["eager_ms"] / recorded[r.task]
         for r in results
         if r.task in recorded and recorded[r.task] > 0 and "eager_ms" in r.verdict.measurements
-    )
+    ]
     if not ratios:
         return None
     kept = sum(r.verdict.reason == KEEP for r in results if r.task in recorded)
-    low, high = ratios[round(0.05 * (len(ratios) - 1))], ratios[round(0.95 * (len(ratios) - 1))]
     return (
-        f"eager time measured now / recorded, over {len(ratios)} tasks: median {statistics.median(ratios):.3f} "
-        f"(5-95 %: {low:.3f}-{high:.3f}); {kept} of the {sum(r.task in recorded for r in results)} recorded "
-        "tasks keep"
+        f"eager time measured now / recorded, over {len(ratios)} tasks: {spread(ratios)}; {kept} of the "
+        f"{sum(r.task in recorded for r in results)} recorded tasks keep"
     )
 
 
