@@ -27,6 +27,7 @@ from pipeline.config import AST_SIMILARITY_THRESHOLD, OPS6K_MIXTURE
 # Measured on the released set's 6,000 rows: distinct ordered `ops` lists over rows.
 RELEASED_DISTINCT_OP_LISTS = 0.869
 RELEASED_ROWS = 6000
+ABSENT_SHOWN = 15  # released operators missing here, listed by name
 PAPER_SIMILARITY_BAND = (0.25, 0.35)  # where the paper's Fig. 7 puts most kept tasks
 
 
@@ -132,6 +133,11 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
     md += ["## Operators", ""]
     md += [f"{len(ops)} distinct torch operators used (the released set: {len(OPS6K_COUNTS)}); "
            f"{len(set(OPS6K_COUNTS) - set(ops))} released operators do not occur.", ""]  # fmt: skip
+    absent = sorted(set(OPS6K_COUNTS) - set(ops), key=lambda o: (-OPS6K_COUNTS[o], o))
+    if absent:
+        shown = ", ".join(f"{o} ({OPS6K_COUNTS[o]})" for o in absent[:ABSENT_SHOWN])
+        more = f", and {len(absent) - ABSENT_SHOWN} more" if len(absent) > ABSENT_SHOWN else ""
+        md += [f"The most used of them, with their uses in the released set: {shown}{more}.", ""]
     if len(common) >= 3:
         from scipy.stats import spearmanr
 
