@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from operator_catalog.faithfulness import ops_faithful, ops_mentioned
+from operator_catalog.registry import all_entries
 from operator_catalog.weights import OPS6K_COUNTS
 from outputs.figures import axes, log_bins, save
 from outputs.shards import write_text_atomic
@@ -134,10 +135,15 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
     md += [f"{len(ops)} distinct torch operators used (the released set: {len(OPS6K_COUNTS)}); "
            f"{len(set(OPS6K_COUNTS) - set(ops))} released operators do not occur.", ""]  # fmt: skip
     absent = sorted(set(OPS6K_COUNTS) - set(ops), key=lambda o: (-OPS6K_COUNTS[o], o))
-    if absent:
-        shown = ", ".join(f"{o} ({OPS6K_COUNTS[o]})" for o in absent[:ABSENT_SHOWN])
-        more = f", and {len(absent) - ABSENT_SHOWN} more" if len(absent) > ABSENT_SHOWN else ""
-        md += [f"The most used of them, with their uses in the released set: {shown}{more}.", ""]
+    excluded = {e.name: e.excluded for e in all_entries() if e.excluded}
+    for label, names in (
+        ("Excluded from the catalog (the reason is in `opsynth catalog`)", [o for o in absent if o in excluded]),
+        ("In the catalog, but in no row kept", [o for o in absent if o not in excluded]),
+    ):
+        if names:
+            shown = ", ".join(f"{o} ({OPS6K_COUNTS[o]})" for o in names[:ABSENT_SHOWN])
+            more = f", and {len(names) - ABSENT_SHOWN} more" if len(names) > ABSENT_SHOWN else ""
+            md += [f"{label}, {len(names)}, the most used first (uses in the released set): {shown}{more}.", ""]
     if len(common) >= 3:
         from scipy.stats import spearmanr
 
