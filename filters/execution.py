@@ -466,9 +466,17 @@ def _locked_backend(backend: str, lock, clock: _PhaseClock | None = None):
     return compile_graph
 
 
-def _compile_failure(error: Exception) -> CheckFailed:
+def _compile_failure(error: Exception, measurements: dict[str, Any] | None = None) -> CheckFailed:
     reason = OUT_OF_MEMORY if classify_error(error).reason == OUT_OF_MEMORY else COMPILE_ERROR
-    return CheckFailed(reason, one_line(error))
+    return CheckFailed(reason, one_line(error), measurements)
+
+
+def _compile(model, inputs: list, cfg: ExecutionConfig, device_lock, clock: _PhaseClock) -> tuple[Any, list]:
+    """The compiled model and the flattened output of its first (compiling) call, timed as `compile`."""
+    torch._dynamo.reset()
+    with clock("compile"), torch.no_grad():
+        compiled = torch.compile(model, backend=_locked_backend(cfg.compile_backend, device_lock, clock))
+        return compiled, flatten_outputs(compiled(*inputs))
 
 
 MISMATCH_DETAIL = "torch.compile output differs from eager beyond tolerance"
@@ -478,17 +486,13 @@ def _compile_check_cpu(model, inputs: list, eager_out: list, cfg: ExecutionConfi
                        measurements) -> float:  # fmt: skip
     """The compiled model's time by the host clock; raises CheckFailed (with what was measured) where it fails
     to compile or disagrees with eager."""
-    torch._dynamo.reset()
     try:
-        with clock("compile"), torch.no_grad():
-            compiled = torch.compile(model, backend=_locked_backend(cfg.compile_backend, device_lock, clock))
-            compiled_out = flatten_outputs(compiled(*inputs))
+        compiled, compiled_out = _compile(model, inputs, cfg, device_lock, clock)
         with clock.holding(device_lock), clock("compiled_timing"):
             compile_ms = _host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
             agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
     except Exception as e:
-        failed = _compile_failure(e).verdict
-        raise CheckFailed(failed.reason, failed.detail, measurements) from None
+        raise _compile_failure(e, measurements) from None
     if not agree:
         raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL, measurements)
     return compile_ms
@@ -502,19 +506,16 @@ def _compiled_for_timing(model, inputs: list, eager_out: list, cfg: ExecutionCon
     process's context unusable, is raised at once: nothing more can run (the pool retries the first alone)."""
     if not cfg.compile_check:
         return None, None
-    torch._dynamo.reset()
     try:
-        with clock("compile"), torch.no_grad():
-            compiled = torch.compile(model, backend=_locked_backend(cfg.compile_backend, device_lock, clock))
-            compiled_out = flatten_outputs(compiled(*inputs))
+        compiled, compiled_out = _compile(model, inputs, cfg, device_lock, clock)
         with clock.holding(_shared(device_lock)), clock("compiled_checks"), torch.no_grad():
             for _ in range(COMPILED_WARMUP):
                 compiled(*inputs)
             agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
     except Exception as e:
-        failed = _compile_failure(e)
+        failed = _compile_failure(e, measurements)
         if failed.verdict.reason == OUT_OF_MEMORY or is_fatal_cuda_error(failed.verdict):
-            raise CheckFailed(failed.verdict.reason, failed.verdict.detail, measurements) from None
+            raise failed from None
         return None, failed
     if not agree:
         return None, CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL)
