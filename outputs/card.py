@@ -136,6 +136,14 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
             for s, n in stats["rows_per_data_source"].items()
         ],
     )
+    for source, e in stats.get("exhausted_data_sources", {}).items():
+        asked = stats["requested_quota_per_data_source"][source]
+        lines += [
+            "",
+            f"{source} was asked for {asked} rows but stopped at {e['rows']}: in round {e['after_round']} only "
+            f"{e['round_rows']} of its {e['round_candidates']} candidates became rows (most repeated earlier "
+            f"programs), so its {e['moved_rows']} missing rows were made as {e['moved_to']}.",
+        ]
     lines += [
         "",
         "## Funnel",

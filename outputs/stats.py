@@ -47,6 +47,8 @@ def build_stats(
     options: GenerateOptions,
     quota: dict[str, int],
     rows_per_source: Counter,
+    requested_quota: dict[str, int] | None = None,
+    exhausted: dict[str, dict] | None = None,
     accepted_total: int,
     dropped: Counter,
     rounds: list[dict],
@@ -58,7 +60,9 @@ def build_stats(
 ) -> dict:
     """`dropped` counts rejections by (stage, reason); `rows_per_source` the rows written per data source;
     `checkpointed` the run's checkpointed verdicts and their phases' seconds summed (see ExecutionProgress);
-    `sessions` the wall time of every process that worked on the run (see pipeline.sessions)."""
+    `sessions` the wall time of every process that worked on the run (see pipeline.sessions); `quota` the rows
+    asked of each data source at the end, which differs from `requested_quota` where a source was `exhausted`
+    (see pipeline.run) and its missing rows went to another."""
     sessions = sessions or []
     verdicts, phase_totals = checkpointed
     candidates = sum(r["candidates"] for r in rounds)
@@ -94,6 +98,8 @@ def build_stats(
         "dropped_by_reason": {reason: all_reasons.get(reason, 0) for reason in REASONS},
         "rows_per_data_source": {s: rows_per_source.get(s, 0) for s in quota},
         "quota_per_data_source": quota,
+        "requested_quota_per_data_source": requested_quota or quota,
+        "exhausted_data_sources": exhausted or {},
         "released_mixture_percent": OPS6K_MIXTURE,
         "rounds": rounds,
         "timings_s": {

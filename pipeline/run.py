@@ -3,7 +3,7 @@
 Each round's outputs land under `WORK/round-NNNNN/` (WORK is `--work-dir`, by default `DIR/.opsynth`) and are
 marked complete only after the round's pipeline finished, so a run started again with the same options resumes
 at the first incomplete round. The round plan depends only on earlier rounds' results, so a resumed run makes
-the same dataset.
+the same dataset; each round writes its plan first (`plan.json`), and a resumed round follows the plan it wrote.
 
 Memory is bounded by a round, not by the run: the driver reads one round's records at a time, selects from
 them, and spools the round's rows and rejections, sorted, beside its outputs; the final shards are a merge of
@@ -39,6 +39,9 @@ from outputs.shards import write_shards, write_text_atomic
 from outputs.stats import build_stats
 from pipeline import workfiles
 from pipeline.config import (
+    DATA_SOURCES,
+    EXHAUSTION_MIN_CANDIDATES,
+    EXHAUSTION_YIELD,
     INITIAL_OVERSAMPLING,
     MAX_IDLE_ROUNDS,
     MAX_ROUND_CANDIDATES,
@@ -71,6 +74,7 @@ DONE_MARKER = "_SUCCESS"
 PREPARED_MARKER = "_PREPARED"  # the round's CPU stages are done; a resume starts at its execution
 WORK_FILE = "stage_work_s.json"
 PREPARE_WORK_FILE = "prepare_work_s.json"
+PLAN_FILE = "plan.json"  # candidates per data source: written before the round's work, followed when it resumes
 SELECTED_SPOOL = "selected.jsonl"  # the round's rows, by id
 REJECTED_SPOOL = "rejections.jsonl"  # the round's rejections (its stages' and the selection's), by order
 PROGRESS_DIR = "progress"  # the execution stage's checkpoints, shared by the rounds of a run
@@ -164,6 +168,31 @@ def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, t
     return plan
 
 
+def _recorded_plan(round_dir: str) -> dict[str, int] | None:
+    """The plan a round wrote before its work; for a finished round of an earlier version, which wrote none,
+    its candidates per data source, counted from its records. None for a round not started."""
+    path = workfiles.join(round_dir, PLAN_FILE)
+    if workfiles.exists(path):
+        return json.loads(workfiles.read_text(path))
+    if not workfiles.exists(workfiles.join(round_dir, DONE_MARKER)):
+        return None
+    counts = Counter(
+        d.get("candidate", d)["data_source"]
+        for pattern in (f"{ACCEPTED}-*.jsonl", f"{PREPARE_REJECTED}-*.jsonl", f"{EXECUTE_REJECTED}-*.jsonl")
+        for d in workfiles.read_jsonl_glob(workfiles.join(round_dir, pattern))
+    )
+    return {s: counts[s] for s in sorted(counts, key=DATA_SOURCES.index)}
+
+
+def _exhausted(plan: dict[str, int], gained: Counter, missing: dict[str, int]) -> list[str]:
+    """The data sources still short of rows whose last round made many candidates for very few rows."""
+    return [
+        s
+        for s, made in plan.items()
+        if s in missing and made >= EXHAUSTION_MIN_CANDIDATES and gained[s] < EXHAUSTION_YIELD * made
+    ]
+
+
 def _merged(round_dirs: list[str], spool: str, key: Callable, make: Callable) -> Iterator:
     """The records of every round's sorted spool, in one sorted stream (a k-way merge: one record per round
     in memory)."""
@@ -198,6 +227,8 @@ def _run_round(
     def prepare(args: list[str]) -> dict[str, float]:
         workfiles.delete(round_dir)
         workfiles.mkdirs(round_dir)
+        plan = Counter(spec.data_source for spec in specs)
+        workfiles.write_text(workfiles.join(round_dir, PLAN_FILE), json.dumps(dict(plan)))
         return _run_pipeline(
             args,
             lambda p: build_prepare(
@@ -298,18 +329,20 @@ def _generate(
         # Start the workers now: they import torch and set up the device while round 0 composes its candidates.
         pool.acquire(lambda: WorkerPool(execution), tag=execution)
     last_round: dict[str, tuple[int, int]] = {}
+    exhausted: dict[str, dict] = {}  # data source -> when it was retired and where its missing rows went
     idle = 0
     try:
         while plan := _plan_round(selector.missing(), tried, last_round):
             if idle >= MAX_IDLE_ROUNDS:
                 break
             r = len(rounds)
+            round_dir = workfiles.join(work_root, f"round-{r:05d}")
+            plan = _recorded_plan(round_dir) or plan
             specs = [
                 CandidateSpec(s, i, candidate_seed(options.seed, s, i))
                 for s, n in plan.items()
                 for i in range(tried[s], tried[s] + n)
             ]
-            round_dir = workfiles.join(work_root, f"round-{r:05d}")
             t0 = time.monotonic()
             resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
             if not resumed:
@@ -366,6 +399,23 @@ def _generate(
                 f"round {r}: {len(new_accepted)} accepted, {len(new_rejected)} rejected"
                 + (" (resumed)" if resumed else f" in {rounds[-1]['wall_s']:.0f} s")
             )
+            for source in _exhausted(plan, gained, selector.missing()):
+                retired = selector.retire(source, set(exhausted))
+                if retired is None:
+                    continue
+                heir, moved = retired
+                exhausted[source] = {
+                    "after_round": r,
+                    "round_candidates": plan[source],
+                    "round_rows": gained[source],
+                    "rows": selector.rows[source],
+                    "moved_to": heir,
+                    "moved_rows": moved,
+                }
+                log(
+                    f"round {r}: {source} is exhausted ({gained[source]} rows from {plan[source]} candidates, "
+                    f"most repeating earlier ones); its {moved} missing rows go to {heir}"
+                )
             del new_accepted, new_rejected, chosen, skipped, rejections
     finally:
         release_pool(pool, execution)
@@ -395,7 +445,9 @@ def _generate(
     session.write(finished=True)  # its work done but for writing what follows
     stats = build_stats(
         options=options,
-        quota=quota,
+        quota=selector.quota,
+        requested_quota=quota,
+        exhausted=exhausted,
         rows_per_source=selector.rows,
         accepted_total=accepted_total,
         dropped=dropped,

@@ -38,7 +38,7 @@ class Selector:
     the MinHash signature and the operator-graph count, never the code."""
 
     def __init__(self, quota: dict[str, int]):
-        self.quota = quota
+        self.quota = dict(quota)
         self.filters = {s: WithinSetFilter(NEAR_DUPLICATE_JACCARD) for s in quota}
         self.rows: Counter = Counter()
         self.last_index: dict[str, int] = {}
@@ -53,6 +53,19 @@ class Selector:
 
     def missing(self) -> dict[str, int]:
         return {s: n - self.rows[s] for s, n in self.quota.items() if self.rows[s] < n}
+
+    def retire(self, source: str, exhausted: set[str]) -> tuple[str, int] | None:
+        """Stop filling an exhausted data source: its quota becomes the rows it has, and what it lacks goes to
+        the largest quota among the sources not exhausted. Returns (that source, rows moved), or None where
+        every other source is exhausted too (the source then keeps its quota, and the run fails short)."""
+        heirs = [s for s in self.quota if s != source and s not in exhausted and self.quota[s]]
+        if not heirs:
+            return None
+        heir = max(heirs, key=lambda s: (self.quota[s], s))
+        moved = max(0, self.quota[source] - self.rows[source])
+        self.quota[source] -= moved
+        self.quota[heir] += moved
+        return heir, moved
 
     def admit(self, candidates: list[Candidate]) -> tuple[list[Candidate], list[Rejection]]:
         """(the candidates selected, those skipped as duplicates); the others were not needed."""

@@ -66,6 +66,14 @@ def test_card_front_matter_is_hub_yaml():
     assert [f["name"] for f in default_info["features"]][:3] == ["ops", "data_source", "code"]
     assert default_info["splits"] == [{"name": "train", "num_bytes": 10_000, "num_examples": 1500}]
     assert "timeout: 200" in card and "arXiv:2602.24286" in card
+    assert "exhausted" not in card and "was asked for" not in card
+    stats["requested_quota_per_data_source"] = {"torch#1": 1600}
+    stats["exhausted_data_sources"] = {
+        "torch#1": {"after_round": 3, "round_candidates": 1785, "round_rows": 13, "rows": 108, "moved_to": "torch#2",
+                    "moved_rows": 96}
+    }  # fmt: skip
+    card = render_card(stats, {"default": info, "rejected": {**info, "num_examples": 300}})
+    assert "torch#1 was asked for 1600 rows but stopped at 108: in round 3 only 13 of its 1785" in card
     assert size_category(999) == "n<1K" and size_category(10_000) == "10K<n<100K"
 
 

@@ -63,3 +63,49 @@ def test_a_round_never_exceeds_the_candidate_cap():
                        {"torch#1": (10, 5), "torch#2": (10, 5)})  # fmt: skip
     assert sum(plan.values()) <= MAX_ROUND_CANDIDATES
     assert plan["torch#2"] > 20 * plan["torch#1"]  # shares kept
+
+
+def test_an_exhausted_data_source_hands_its_missing_rows_to_the_largest_one():
+    from collections import Counter
+
+    from pipeline.run import _exhausted
+    from pipeline.selection import Selector
+
+    selector = Selector({"torch#1": 200, "torch#2": 5000, "torch#3": 450})
+    selector.rows.update({"torch#1": 120, "torch#2": 3800, "torch#3": 400})
+    # The round of a 6K run in which single operators ran out: 13 rows from 2,971 candidates.
+    plan = {"torch#1": 2971, "torch#2": 1109, "torch#3": 15}
+    gained = Counter({"torch#1": 13, "torch#2": 314})
+    # torch#3 made no row, but from too few candidates to judge it; torch#2 yields 28 %.
+    assert _exhausted(plan, gained, selector.missing()) == ["torch#1"]
+    assert _exhausted({"torch#1": 1000}, Counter({"torch#1": 10}), selector.missing()) == []  # 1 % still yields
+    assert _exhausted(plan, gained, {"torch#2": 5}) == []  # a source with its rows is never exhausted
+    assert selector.retire("torch#1", set()) == ("torch#2", 80)
+    assert selector.missing() == {"torch#2": 1280, "torch#3": 50}
+    assert sum(selector.quota.values()) == 5650  # the set keeps its size
+    # With no other source left to take them, the rows stay missing (and the run fails short, saying so).
+    assert Selector({"torch#1": 10}).retire("torch#1", set()) is None
+    assert Selector({"torch#1": 10, "torch#2": 10}).retire("torch#1", {"torch#2"}) is None
+
+
+def test_a_resumed_round_follows_the_plan_it_wrote(tmp_path):
+    import json
+
+    from pipeline.graph import ACCEPTED, EXECUTE_REJECTED, PREPARE_REJECTED
+    from pipeline.run import DONE_MARKER, PLAN_FILE, _recorded_plan
+
+    assert _recorded_plan(str(tmp_path / "round-00003")) is None  # not started: the planner decides
+    planned = tmp_path / "round-00004"
+    planned.mkdir()
+    (planned / PLAN_FILE).write_text(json.dumps({"torch#2": 40, "torch#3": 2}))
+    assert _recorded_plan(str(planned)) == {"torch#2": 40, "torch#3": 2}
+    # A finished round of an earlier version wrote no plan: its candidates are counted from its records.
+    done = tmp_path / "round-00005"
+    done.mkdir()
+    (done / f"{ACCEPTED}-00000-of-00001.jsonl").write_text('{"data_source": "torch#2"}\n' * 3)
+    (done / f"{PREPARE_REJECTED}-00000-of-00002.jsonl").write_text('{"candidate": {"data_source": "torch#1"}}\n')
+    (done / f"{EXECUTE_REJECTED}-00000-of-00001.jsonl").write_text('{"candidate": {"data_source": "torch#2"}}\n')
+    assert _recorded_plan(str(done)) is None  # unfinished: redone as planned
+    (done / DONE_MARKER).write_text("")
+    assert _recorded_plan(str(done)) == {"torch#1": 1, "torch#2": 4}
+    assert list(_recorded_plan(str(done))) == ["torch#1", "torch#2"]  # in the mixture's order, as planned
