@@ -81,15 +81,23 @@ def _bar_compare(path: Path, labels: list[str], ours: list[float], theirs: list[
     save(fig, path)
 
 
-def _hist_compare(path: Path, ours: list[float], theirs: list[float], bins, title: str, xlabel: str, marks=()):
+def _hist_compare(
+    path: Path, ours: list[float], theirs: list[float], bins, title: str, xlabel: str, marks=(), log_x=False
+):
+    """Both sides' histograms over the same bins, each bar the share of that side's rows in the bin (not a
+    density, which unequal log-spaced bins would distort)."""
     fig, ax = axes(7, 3.4)
     if len(theirs):
-        ax.hist(theirs, bins=bins, alpha=0.6, density=True, label="CUDA-Agent-Ops-6K examples", color="#DD8452")
-    ax.hist(ours, bins=bins, alpha=0.6, density=True, label="this set", color="#4C72B0")
+        ax.hist(theirs, bins=bins, alpha=0.6, weights=[1 / len(theirs)] * len(theirs),
+                label=f"CUDA-Agent-Ops-6K examples ({len(theirs)})", color="#DD8452")  # fmt: skip
+    ax.hist(ours, bins=bins, alpha=0.6, weights=[1 / len(ours)] * len(ours), label=f"this set ({len(ours)})",
+            color="#4C72B0")  # fmt: skip
+    if log_x:
+        ax.set_xscale("log")
     for x, style in marks:
         ax.axvline(x, color="k", linestyle=style, linewidth=1)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("share of rows (density)")
+    ax.set_ylabel("share of rows")
     ax.set_title(title)
     ax.legend(fontsize=8)
     save(fig, path)
@@ -194,8 +202,10 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
     md.append("")
     if eager:
         bins = log_bins([*eager, *released_eager], 30)
+        window = stats.get("config", {}).get("runtime_window_ms", [])
         _hist_compare(figures / "eager_time.png", eager, released_eager, bins, "Eager time per forward",
-                      f"ms on {device} (log scale)")  # fmt: skip
+                      f"ms on {device} (log scale; dashed: the runtime window)",
+                      marks=[(x, "--") for x in window if x > 0], log_x=True)  # fmt: skip
         md += ["![eager time](figures/eager_time.png)", ""]
 
     # KernelBench similarity.
