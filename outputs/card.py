@@ -141,8 +141,8 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
         lines += [
             "",
             f"{source} was asked for {asked} rows but stopped at {e['rows']}: in round {e['after_round']} only "
-            f"{e['round_rows']} of its {e['round_candidates']} candidates became rows (most repeated earlier "
-            f"programs), so its {e['moved_rows']} missing rows were made as {e['moved_to']}.",
+            f"{e['round_rows']} of its {e['round_candidates']} candidates became rows, so its {e['moved_rows']} "
+            f"missing rows were made as {e['moved_to']}.",
         ]
     lines += [
         "",

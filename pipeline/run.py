@@ -413,8 +413,8 @@ def _generate(
                     "moved_rows": moved,
                 }
                 log(
-                    f"round {r}: {source} is exhausted ({gained[source]} rows from {plan[source]} candidates, "
-                    f"most repeating earlier ones); its {moved} missing rows go to {heir}"
+                    f"round {r}: {source} is exhausted ({gained[source]} rows from {plan[source]} candidates, under "
+                    f"{EXHAUSTION_YIELD:.0%}); its {moved} missing rows go to {heir}"
                 )
             del new_accepted, new_rejected, chosen, skipped, rejections
     finally:

@@ -227,3 +227,31 @@ def test_cpu_stages_fall_back_to_this_process_when_several_processes_fail(monkey
     assert main(argv) == 0
     assert "the CPU stages on several processes failed" in capsys.readouterr().out
     assert len(load_dataset(str(tmp_path / "o"), split="train")) == 4
+
+
+def test_an_exhausted_source_is_retired_and_the_set_keeps_its_size(tmp_path, monkeypatch, kernelbench_parquet):
+    import pipeline.run
+
+    # Pilots of half the missing rows leave both sources short after round 0, and a yield floor above 100 %
+    # retires every short source that made a candidate: torch#1 first, its rows going to torch#2, which has no
+    # heir left and so is filled by later rounds.
+    monkeypatch.setattr(pipeline.run, "INITIAL_OVERSAMPLING", 0.5)
+    monkeypatch.setattr(pipeline.run, "EXHAUSTION_YIELD", 1.01)
+    monkeypatch.setattr(pipeline.run, "EXHAUSTION_MIN_CANDIDATES", 1)
+    out = tmp_path / "out"
+    argv = ["generate", "--out", str(out), "--num-samples", "12", "--mixture", "torch1=50,torch2=50", "--seed", "4",
+            "--no-compile-check", *TINY, "--kernelbench", str(kernelbench_parquet)]  # fmt: skip
+    assert main(argv) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    rows = stats["rows_per_data_source"]
+    (retired,) = stats["exhausted_data_sources"].items()
+    assert retired[0] == "torch#1" and retired[1]["after_round"] == 0 and retired[1]["moved_to"] == "torch#2"
+    assert rows["torch#1"] == retired[1]["rows"] <= 4 and rows["torch#1"] + rows["torch#2"] == 12
+    requested = stats["requested_quota_per_data_source"]
+    assert {s: n for s, n in requested.items() if n} == {"torch#1": 6, "torch#2": 6}
+    assert stats["quota_per_data_source"] == rows
+    card = (out / "README.md").read_text()
+    assert f"torch#1 was asked for 6 rows but stopped at {rows['torch#1']}" in card
+    assert len(load_dataset(str(out), split="train")) == 12
+    for round_dir in sorted((out / ".opsynth").glob("round-*")):
+        assert json.loads((round_dir / "plan.json").read_text())  # every round wrote the plan it followed
