@@ -104,9 +104,10 @@ IN_PROCESS_BATCH = 2 * MAX_ROUND_CANDIDATES
 BATCH_PER_WORKER = 64  # elsewhere: a batch per Beam worker, for each of its execution workers
 MAX_IDLE_ROUNDS = 4
 # A data source is exhausted when a round that made at least EXHAUSTION_MIN_CANDIDATES of its candidates turned
-# fewer than EXHAUSTION_YIELD of them into rows (as single operators do once their distinct programs are used up
-# and most candidates repeat earlier ones): each further row would cost over a hundred candidates. Its missing rows then go to the largest data
-# source of the mixture that still yields, so the set keeps its size; stats.json and the card say so.
+# fewer than EXHAUSTION_YIELD of them into rows (as single operators do once their distinct programs are used
+# up and most candidates repeat earlier ones): each further row would cost over a hundred candidates. Its missing
+# rows then go to the largest data source of the mixture that still yields, so the set keeps its size;
+# stats.json and the card say so.
 EXHAUSTION_YIELD = 0.01
 EXHAUSTION_MIN_CANDIDATES = 1000
 
