@@ -172,7 +172,7 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
     lists = ours.ops_lists()
     distinct = len(set(lists)) / max(1, len(lists))
     md += ["## Distinct operator lists", ""]
-    md += [f"{100 * distinct:.1f} % of the torch rows have an ordered `ops` list no other row has "
+    md += [f"Distinct ordered `ops` lists per torch row: {100 * distinct:.1f} % "
            f"(the released set: {100 * RELEASED_DISTINCT_OP_LISTS:.1f} %).", ""]  # fmt: skip
 
     # Input sizes and dtypes.
