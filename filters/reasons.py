@@ -16,6 +16,7 @@ RUNTIME_ERROR = "runtime_error"
 CRASH = "crash"
 TIMEOUT = "timeout"
 OUT_OF_MEMORY = "out_of_memory"
+TAMPERING = "tampering"  # the task changed the process that judged it (see filters.integrity)
 NOT_FINITE = "not_finite"
 NOT_DETERMINISTIC = "not_deterministic"
 INDISTINGUISHABLE_OUTPUTS = "indistinguishable_outputs"
@@ -33,6 +34,7 @@ REASONS = (
     CRASH,
     TIMEOUT,
     OUT_OF_MEMORY,
+    TAMPERING,
     NOT_FINITE,
     NOT_DETERMINISTIC,
     INDISTINGUISHABLE_OUTPUTS,

@@ -1,19 +1,24 @@
-"""Isolated execution: a pool of worker processes that each own one device context.
+"""Isolated execution: a pool of contained worker processes (filters.worker_process) that each own one device
+context. Task code never runs in the pool's process.
 
-A worker that segfaults, hangs past the time limit or hits a CUDA error is killed and replaced; only its
-task is lost, as a `crash`, `timeout` or `runtime_error` verdict, like a dead-letter record. The time limit
-counts a task's own work, not its waits for the GPU; and a task that holds its GPU past `hold_limit_s` at once
-is killed there, since every other worker of the GPU waits for it meanwhile.
+A worker that crashes, exits, hangs past the time limit or hits a CUDA error is killed with everything it
+started and replaced; only its task is lost, as a `crash`, `timeout` or `runtime_error` verdict, like a
+dead-letter record. A task that changed its worker's process is `tampering`, and that worker is replaced too, as
+is one that has run many tasks or grown large. The time limit counts a task's own work, not its waits for the
+GPU; and a task that holds its GPU past `hold_limit_s` at once is killed there, since every other worker of the
+GPU waits for it meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import multiprocessing as mp
+import json
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -23,132 +28,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from filters.execution import (
-    ExecutionConfig,
-    is_fatal_cuda_error,
-    run_checks,
-    verdict_from_wire,
-    verdict_to_wire,
-)
-from filters.reasons import CRASH, OUT_OF_MEMORY, RUNTIME_ERROR, TIMEOUT, Verdict, one_line
+from filters.containment import Limits, PidsCgroup, address_space_share, task_environment
+from filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock, clear_watch, open_watch
+from filters.execution import ExecutionConfig
+from filters.reasons import CRASH, TIMEOUT, Verdict
+from filters.worker_process import EXECUTE, Cage, WorkerSetup
 
-STARTUP_TIMEOUT_S = 300.0  # importing torch and creating a CUDA context, once per worker
+STARTUP_TIMEOUT_S = 300.0  # importing torch, creating a CUDA context and a first compile, once per worker
 MEMORY_SHARERS = 3  # workers of one GPU whose memory budgets together make the allowed fraction
-SLOT_POLL_S = 0.005  # how often a task waiting to share a GPU looks for a free slot
 HOLD_LIMIT_S = 15.0  # the least time a task may hold its GPU at once (see hold_limit_s)
 POLL_S = 0.25  # how often the pool looks at its busy workers' device holds and waits
-# A worker's watch: what its DeviceLock reports, in a shared array the pool reads (monotonic clock seconds).
-HOLD_SINCE, WAIT_SINCE, WAITED_S = range(3)
-
-
-class DeviceLock:
-    """An inter-process lock on a GPU, on files (flock): the OS releases it when its holder dies, so a worker
-    that segfaults or is killed on a timeout while holding it cannot wedge the others.
-
-    Entered as a context manager it is exclusive: for timings, which another process's kernels would slow.
-    `shared()` is for the checks' device work, which may overlap with that of up to `slots - 1` other tasks
-    (with `slots` 1, it is exclusive too). A waiting exclusive holder goes first: it takes a turnstile that new
-    shared holders must pass, then waits for the shared holders inside to leave."""
-
-    def __init__(self, path: str, slots: int = 1):
-        self.path = path
-        self.slots = slots
-        self._fds: dict[str, int] | None = None  # opened lazily, in the process that uses them
-        self._watch = None  # where this process reports its holds and waits (see `watch`)
-        self._holds_watched = True
-        self.held = False  # whether this process holds the lock (in either mode)
-
-    def __getstate__(self) -> dict:
-        return {"path": self.path, "slots": self.slots, "_fds": None, "_watch": None, "_holds_watched": True,
-                "held": False}  # fmt: skip
-
-    def watch(self, state) -> None:
-        """Report this process's holds and waits into `state` (a shared array of HOLD_SINCE, WAIT_SINCE and
-        WAITED_S), for the pool that set it up."""
-        self._watch = state
-
-    @contextlib.contextmanager
-    def unwatched_holds(self):
-        """Holds taken meanwhile are not reported (a task that holds the lock for all of its work, compiling
-        included, is bound by the task's time limit only); waits still are."""
-        self._holds_watched = False
-        try:
-            yield
-        finally:
-            self._holds_watched = True
-
-    def _waiting(self) -> None:
-        if self._watch is not None:
-            self._watch[WAIT_SINCE] = time.monotonic()
-
-    def _holding(self) -> None:
-        self.held = True
-        if self._watch is not None:
-            now = time.monotonic()
-            if self._watch[WAIT_SINCE]:
-                self._watch[WAITED_S] += now - self._watch[WAIT_SINCE]
-            self._watch[WAIT_SINCE] = 0.0
-            if self._holds_watched:
-                self._watch[HOLD_SINCE] = now
-
-    def _released(self) -> None:
-        self.held = False
-        if self._watch is not None:
-            self._watch[HOLD_SINCE] = 0.0
-
-    def _fd(self, name: str) -> int:
-        if self._fds is None:
-            self._fds = {}
-        if name not in self._fds:
-            path = self.path if name == "rw" else f"{self.path}.{name}"
-            self._fds[name] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        return self._fds[name]
-
-    def __enter__(self) -> DeviceLock:
-        self._waiting()
-        fcntl.flock(self._fd("turnstile"), fcntl.LOCK_EX)
-        fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
-        self._holding()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._released()
-        fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
-        fcntl.flock(self._fd("turnstile"), fcntl.LOCK_UN)
-
-    @contextlib.contextmanager
-    def shared(self):
-        if self.slots <= 1:
-            with self:
-                yield self
-            return
-        self._waiting()
-        slot = self._take_slot()
-        try:
-            fcntl.flock(self._fd("turnstile"), fcntl.LOCK_EX)  # wait behind an exclusive holder
-            fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
-            fcntl.flock(self._fd("turnstile"), fcntl.LOCK_UN)
-            self._holding()
-            try:
-                yield self
-            finally:
-                self._released()
-                fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
-        finally:
-            fcntl.flock(slot, fcntl.LOCK_UN)
-
-    def _take_slot(self) -> int:
-        """One of the `slots` slot files, locked: the first free one, looked for again every few ms until one is
-        (flock cannot wait on any of several files)."""
-        while True:
-            for k in range(self.slots):
-                fd = self._fd(f"slot{k}")
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return fd
-                except BlockingIOError:
-                    continue
-            time.sleep(SLOT_POLL_S)
+WALL_LIMIT_FACTOR = 10  # a task's wall time, its waits for the GPU included, never exceeds this many time limits
+RECYCLE_JOBS = 1000  # a worker retires after this many tasks
+RECYCLE_GROWTH_BYTES = 2 << 30  # or once its resident memory grew this much since it was ready
+MAX_MESSAGE_BYTES = 1 << 20  # a worker's message, larger than any verdict; more is a broken worker
 
 
 @dataclass(frozen=True)
@@ -156,56 +49,7 @@ class Job:
     key: str  # identifies the task in results and logs
     source: str  # the task program
     seed: int  # seeds the model's parameters and the input draws
-
-
-def _worker_main(conn: Connection, cfg: ExecutionConfig, gpu_index: int | None, device_lock, watch) -> None:
-    # A worker whose parent dies sees EOF on its pipe and exits: no orphan keeps a GPU context.
-    import torch
-
-    if device_lock is not None:
-        device_lock.watch(watch)
-
-    sharers = _workers_per_gpu(cfg)
-    if gpu_index is None:
-        # CPU workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up
-        # as ~10 ms forwards in tiny-workload timings.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.workers))
-    else:
-        torch.cuda.set_device(gpu_index)
-        torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, sharers))
-    if cfg.compile_check:
-        import torch._inductor.config
-
-        # Compilation is what the workers do in parallel: each compiles its own task's kernels in-process
-        # rather than with a pool of compile processes per worker, which would oversubscribe the cores.
-        torch._inductor.config.compile_threads = max(1, (os.cpu_count() or 1) // cfg.workers)
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            return
-        if message is None:
-            return
-        job: Job = message
-        verdict = _run_job(job, cfg, device_lock)
-        if verdict.reason == OUT_OF_MEMORY and gpu_index is not None and sharers > 1:
-            # Other workers' tensors may have been what was missing: once more, holding the GPU throughout,
-            # under the whole budget.
-            torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
-            with device_lock.unwatched_holds():  # the lock is held while it compiles, too
-                verdict = _run_job(job, cfg, device_lock, exclusive=True)
-            torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, sharers))
-        conn.send(("done", verdict_to_wire(verdict)))
-        if is_fatal_cuda_error(verdict):
-            return
-
-
-def _run_job(job: Job, cfg: ExecutionConfig, device_lock, exclusive: bool = False) -> Verdict:
-    try:
-        return run_checks(job.source, job.seed, cfg, device_lock, exclusive)
-    except Exception as e:  # a checker bug must cost one task, not the worker's queue
-        return Verdict(RUNTIME_ERROR, f"checker failed: {one_line(e)}")
+    check: str = EXECUTE  # EXECUTE (every execution check) or SHAPES (loading and the shape check on meta)
 
 
 def hold_limit_s(cfg: ExecutionConfig) -> float:
@@ -217,11 +61,12 @@ def hold_limit_s(cfg: ExecutionConfig) -> float:
 
 def overdue(watch, started: float, now: float, timeout_s: float, hold_limit: float) -> str | None:
     """Why a worker's task, begun at `started`, is to be stopped at `now`, if it is: it has held its GPU past
-    `hold_limit` at once, or worked (its waits for the GPU not counted) past `timeout_s`."""
+    `hold_limit` at once, or worked (its waits for the GPU not counted) past `timeout_s`, or taken
+    WALL_LIMIT_FACTOR time limits all told (the watch is written by the worker, which runs task code)."""
     if watch[HOLD_SINCE] and now - watch[HOLD_SINCE] > hold_limit:
         return f"held the GPU for more than {hold_limit:g} s at once (its device work is far above the window)"
     waited = watch[WAITED_S] + (now - watch[WAIT_SINCE] if watch[WAIT_SINCE] else 0.0)
-    if now - started - waited >= timeout_s:
+    if now - started - waited >= timeout_s or now - started >= WALL_LIMIT_FACTOR * timeout_s:
         return f"no verdict within {timeout_s:g} s" + (
             f" (besides {waited:.0f} s waiting for the GPU)" if waited >= 1 else ""
         )
@@ -236,7 +81,7 @@ def memory_share(fraction: float, sharers: int) -> float:
     return fraction / max(1, min(sharers, MEMORY_SHARERS))
 
 
-def _workers_per_gpu(cfg: ExecutionConfig) -> int:
+def workers_per_gpu(cfg: ExecutionConfig) -> int:
     if cfg.device != "cuda":
         return cfg.workers
     import torch
@@ -253,64 +98,118 @@ def _describe_exit(code: int | None) -> str:
     return f"worker exited with code {code}"
 
 
+def _message(payload: bytes) -> dict:
+    """A worker's message, checked: a worker runs task code, so what it sends is data, never trusted."""
+    message = json.loads(payload)
+    if not isinstance(message, dict) or message.get("kind") not in ("ready", "done"):
+        raise ValueError("not a worker message")
+    if message["kind"] == "done":
+        verdict = message.get("verdict")
+        if not isinstance(verdict, dict) or set(verdict) != {"reason", "detail", "measurements"}:
+            raise ValueError("not a verdict")
+        if not isinstance(verdict["detail"], str) or not isinstance(verdict["measurements"], dict):
+            raise ValueError("not a verdict")
+        message["verdict"] = Verdict(**verdict)  # an unknown reason raises ValueError
+    return message
+
+
+def _python_path() -> list[str]:
+    """Where the worker finds this package and its dependencies: this process's import path."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return list(dict.fromkeys([package_root, *(os.path.abspath(p) for p in sys.path if p)]))
+
+
 class _Worker:
-    def __init__(self, ctx, cfg: ExecutionConfig, gpu_index: int | None, device_lock):
-        self.parent, child = ctx.Pipe()
-        self.watch = ctx.RawArray("d", 3)  # HOLD_SINCE, WAIT_SINCE, WAITED_S of the job in hand
-        self.process = ctx.Process(
-            target=_worker_main, args=(child, cfg, gpu_index, device_lock, self.watch), daemon=True
-        )
-        self.process.start()
-        child.close()
-        self.gpu_index = gpu_index
+    """The pool's handle on one worker process, its socket, its scratch folder and its watch."""
+
+    def __init__(self, root: str, cage: Cage, setup: dict, name: str):
+        self.scratch = tempfile.mkdtemp(prefix=f"{name}-", dir=root)
+        watch_path = os.path.join(self.scratch, ".watch")
+        self.watch = open_watch(watch_path)
+        ours, theirs = socket.socketpair()
+        self.cgroup = PidsCgroup.create(f"opsynth-{os.getpid()}-{name}", cage.limits.processes)
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "filters.worker_process", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=task_environment(os.environ, self.scratch, _python_path()),
+                cwd=self.scratch,
+                stdin=subprocess.DEVNULL,
+                stdout=sys.__stderr__.fileno() if sys.__stderr__ else subprocess.DEVNULL,  # keep stdout for results
+                start_new_session=True,  # its own process group, away from the terminal's Ctrl-C
+            )
+        self.conn = Connection(ours.detach())
+        if self.cgroup is not None and not self.cgroup.add(self.process.pid):
+            self.cgroup.kill()
+            self.cgroup = None
+        self.conn.send(cage)
+        self.conn.send(WorkerSetup(watch_path=watch_path, scratch=self.scratch, **setup))
         self.ready = False
+        self.containment: dict = {}
         self.job: int | None = None  # the index of the job in hand
         self.started = time.monotonic()  # when the job in hand was handed over
         self.deadline = self.started + STARTUP_TIMEOUT_S  # to start
 
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
     def hand(self, index: int, job: Job) -> None:
         """Give the worker job `index` (raises BrokenPipeError or OSError where it has died)."""
-        self.watch[:] = [0.0, 0.0, 0.0]  # the worker is idle: nothing else writes it now
-        self.parent.send(job)
+        clear_watch(self.watch)  # the worker is idle: nothing else writes it now
+        self.conn.send(job)
         self.job, self.started = index, time.monotonic()
 
     def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(timeout=10)
-        self.parent.close()
+        """Kill the worker and everything it started, and remove its scratch folder."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        self.conn.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def _shut_down(workers: list[_Worker], lock_dir: str) -> None:
+def _shut_down(workers: list[_Worker], root: str) -> None:
     for w in workers:
         with contextlib.suppress(BrokenPipeError, OSError):
-            w.parent.send(None)
+            w.conn.send(None)
     for w in workers:
-        w.process.join(timeout=5)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            w.process.wait(timeout=5)
         w.kill()
-    shutil.rmtree(lock_dir, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 class WorkerPool:
-    """Runs `run_checks` for many tasks over `cfg.workers` processes (spread over all GPUs on CUDA)."""
+    """Runs `run_checks` (or the shape check) for many tasks over `cfg.workers` contained processes, spread over
+    all GPUs on CUDA."""
 
-    def __init__(self, cfg: ExecutionConfig):
+    def __init__(self, cfg: ExecutionConfig, limits: Limits | None = None):
         self.cfg = cfg
-        self._ctx = mp.get_context("spawn")
+        self.limits = limits or Limits(
+            address_space_bytes=None if cfg.device == "cuda" else address_space_share(cfg.workers)
+        )
         self._gpus = self._gpu_indices()
+        self._root = tempfile.mkdtemp(prefix="opsynth-workers-")
         # One lock per GPU: a task holds it while it runs on the device, so timings are not shared.
-        self._lock_dir = tempfile.mkdtemp(prefix="opsynth-locks-")
         self._locks = {
-            gpu: DeviceLock(os.path.join(self._lock_dir, f"gpu{gpu}"), MEMORY_SHARERS if cfg.shared_checks else 1)
+            gpu: DeviceLock(os.path.join(self._root, f"gpu{gpu}"), MEMORY_SHARERS if cfg.shared_checks else 1)
             for gpu in self._gpus
             if gpu is not None
         }
         self.hold_limit_s = hold_limit_s(cfg)
+        self._spawned = 0
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
+        self.containment: dict = {}  # what the first worker reported of its containment
         self._run_lock = threading.Lock()  # threads of one process (Beam's multi_threading mode) take turns
         # A pool shared across pipelines (see ExecuteCandidates) is closed when the last reference goes, or at exit.
-        self._finalizer = weakref.finalize(self, _shut_down, self._workers, self._lock_dir)
+        self._finalizer = weakref.finalize(self, _shut_down, self._workers, self._root)
 
     def _gpu_indices(self) -> list[int | None]:
         if self.cfg.device != "cuda":
@@ -321,7 +220,15 @@ class WorkerPool:
 
     def _spawn(self, slot: int) -> _Worker:
         gpu = self._gpus[slot % len(self._gpus)]
-        return _Worker(self._ctx, self.cfg, gpu, self._locks.get(gpu))
+        self._spawned += 1
+        setup = {
+            "config": self.cfg,
+            "gpu_index": gpu,
+            "device_lock": self._locks.get(gpu),
+            "recycle_jobs": RECYCLE_JOBS,
+            "recycle_growth_bytes": RECYCLE_GROWTH_BYTES,
+        }
+        return _Worker(self._root, Cage(self.limits), setup, f"w{self._spawned}")
 
     def _replace(self, slot: int) -> None:
         self._workers[slot].kill()
@@ -332,7 +239,7 @@ class WorkerPool:
         """Blocks until every worker is up (torch imported, its device set up): start-up kept apart from work."""
         with self._run_lock:
             while starting := [w for w in self._workers if not w.ready]:
-                wait([w.parent for w in starting] + [w.process.sentinel for w in starting], timeout=POLL_S)
+                wait([w.conn for w in starting], timeout=POLL_S)
                 now = time.monotonic()
                 for slot, w in enumerate(self._workers):
                     if not w.ready:
@@ -376,8 +283,8 @@ class WorkerPool:
             busy = [w for w in self._workers if w.job is not None or not w.ready]
             if not busy:
                 continue
-            # Woken by a message or a death; else every POLL_S, to look at the jobs' holds and waits.
-            wait([w.parent for w in busy] + [w.process.sentinel for w in busy], timeout=POLL_S)
+            # Woken by a message or a closed socket; else every POLL_S, to look at deaths, holds and waits.
+            wait([w.conn for w in busy], timeout=POLL_S)
             now = time.monotonic()
             for slot, w in enumerate(self._workers):
                 done = self._collect(slot, w, now)
@@ -387,29 +294,28 @@ class WorkerPool:
 
     def _collect(self, slot: int, w: _Worker, now: float) -> tuple[int, Verdict] | None:
         """(job index, verdict) where worker `slot` finished, crashed or timed out on its job; else None."""
-        message = None
         try:
-            if w.parent.poll():
-                message = w.parent.recv()
+            payload = w.conn.recv_bytes(MAX_MESSAGE_BYTES) if w.conn.poll() else None
         except (EOFError, OSError):
-            message = None
-        if message is not None:
-            kind, payload = message
-            if kind == "ready":
+            payload = None
+        if payload is not None:
+            try:
+                message = _message(payload)
+            except (ValueError, TypeError):
+                return self._lost(slot, w, "the worker sent an unreadable message")
+            if message["kind"] == "ready":
                 w.ready = True
-            elif kind == "done" and w.job is not None:
-                verdict = verdict_from_wire(payload)
-                done, w.job = (w.job, verdict), None
-                if is_fatal_cuda_error(verdict):
+                self.containment = self.containment or message.get("containment", {})
+            elif w.job is not None:
+                done, w.job = (w.job, message["verdict"]), None
+                if message.get("retire"):
                     self._replace(slot)
                 return done
             return None
-        if not w.process.is_alive():
-            done = None if w.job is None else (w.job, Verdict(CRASH, _describe_exit(w.process.exitcode)))
+        if not w.alive():
             if w.job is None and not w.ready:
-                raise RuntimeError(f"an execution worker failed to start ({_describe_exit(w.process.exitcode)})")
-            self._replace(slot)
-            return done
+                raise RuntimeError(f"an execution worker failed to start ({_describe_exit(w.process.returncode)})")
+            return self._lost(slot, w, _describe_exit(w.process.returncode))
         if w.job is not None:
             why = overdue(w.watch, w.started, now, self.cfg.timeout_s, self.hold_limit_s)
             if why is not None:
@@ -419,6 +325,12 @@ class WorkerPool:
         if not w.ready and now >= w.deadline:
             raise RuntimeError(f"an execution worker did not start within {STARTUP_TIMEOUT_S:g} s")
         return None
+
+    def _lost(self, slot: int, w: _Worker, why: str) -> tuple[int, Verdict] | None:
+        """Worker `slot` died or broke: replaced; its job, if it had one, is a crash."""
+        job = w.job
+        self._replace(slot)
+        return None if job is None else (job, Verdict(CRASH, why))
 
     def close(self) -> None:
         self._finalizer()

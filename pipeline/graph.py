@@ -55,17 +55,20 @@ def build_prepare(
     options: GenerateOptions,
     seen_keys: frozenset[str],
     round_dir: str,
+    shape_config: ExecutionConfig,
     graph_caps: dict[str, int] | None = None,
     graph_rows: dict[tuple[str, str], int] | None = None,
+    shape_pool: Shared | None = None,
 ) -> None:
-    """A round's CPU stages: specs in, `PREPARED` candidates and `PREPARE_REJECTED` rejections out."""
+    """A round's CPU stages: specs in, `PREPARED` candidates and `PREPARE_REJECTED` rejections out. The shape
+    check runs its candidates in worker processes of `shape_config` (shared through `shape_pool`)."""
     workload = WORKLOADS[options.workload]
     composed = (
         p
         | "CandidateSpecs" >> beam.Create(specs)
         | "ComposeCandidates" >> ComposeCandidates(workload, options.op_weights)
     )
-    shaped = composed[KEPT] | "CheckShapes" >> CheckShapes()
+    shaped = composed[KEPT] | "CheckShapes" >> CheckShapes(shape_config, shape_pool)
     clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
         options.kernelbench, options.similarity_threshold, options.jaccard_threshold
     )

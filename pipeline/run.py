@@ -13,6 +13,7 @@ counts, and three numbers per row for the figures).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import math
@@ -118,6 +119,11 @@ def execution_config(
         workers=workers,
         shared_checks=shared_checks,
     )
+
+
+def shape_check_config(execution: ExecutionConfig) -> ExecutionConfig:
+    """The workers of a shape check run apart from the execution's: one per process, on the CPU."""
+    return dataclasses.replace(execution, device="cpu", compile_check=False, shared_checks=False, workers=1)
 
 
 def prepare_output_dir(options: GenerateOptions) -> tuple[Path, bool]:
@@ -229,10 +235,22 @@ def _run_round(
         workfiles.mkdirs(round_dir)
         plan = Counter(spec.data_source for spec in specs)
         workfiles.write_text(workfiles.join(round_dir, PLAN_FILE), json.dumps(dict(plan)))
+        # In this process the shape check uses the execution workers, idle meanwhile; elsewhere one contained
+        # worker per process on the CPU (the meta device needs no GPU).
+        here = runs_in_this_process(args)
+        shapes = (execution, pool) if here else (shape_check_config(execution), None)
         return _run_pipeline(
             args,
             lambda p: build_prepare(
-                p, specs, options, seen_keys, round_dir, selector.graph_caps(), selector.graph_rows()
+                p,
+                specs,
+                options,
+                seen_keys,
+                round_dir,
+                shapes[0],
+                selector.graph_caps(),
+                selector.graph_rows(),
+                shapes[1],
             ),
         )
 

@@ -21,7 +21,7 @@ from filters.decontamination import decontaminate, load_reference
 from filters.dedup import dedup_key, op_graph_hash, split_group
 from filters.execution import ExecutionConfig
 from filters.reasons import DUPLICATE, SHAPE_ERROR, Verdict
-from filters.shape_check import check_shapes
+from filters.worker_process import SHAPES
 from filters.workers import Job, WorkerPool
 from operator_catalog.codegen import render
 from operator_catalog.compose import CompositionError, compose
@@ -36,6 +36,7 @@ REJECTED = "rejected"
 COUNTER_NAMESPACE = "opsynth"
 TIME_SUFFIX = "_work_us"
 CHECKPOINT_EVERY_S = 30.0  # the execution stage writes its finished results at least this often
+SHAPE_BATCH = 256  # candidates handed to the shape check's workers at once
 WORKER_PREFIX = "worker_"  # execution workers' time per phase (filters.execution.PHASES), summed over workers
 
 
@@ -147,17 +148,40 @@ class ComposeCandidates(beam.PTransform):
 
 
 class _ShapeCheckFn(beam.DoFn):
-    def process(self, candidate: Candidate) -> Iterator:
+    def __init__(self, config: ExecutionConfig, pool: Shared):
+        self.config = config
+        self.shared_pool = pool
+        self.pool: WorkerPool | None = None
+
+    def setup(self) -> None:
+        self.pool = self.shared_pool.acquire(lambda: WorkerPool(self.config), tag=self.config)
+
+    def process(self, batch: list[Candidate]) -> Iterator:
         with stage_clock("shape_check"):
-            verdict = check_shapes(candidate.code)
-        yield from route(candidate, verdict, "shape_check")
+            verdicts = self.pool.run([Job(f"{c.data_source}/{c.index}", c.code, c.seed, SHAPES) for c in batch])
+        for candidate, verdict in zip(batch, verdicts, strict=True):
+            yield from route(candidate, verdict, "shape_check")
+
+    def teardown(self) -> None:
+        self.pool = None  # shared: closed when its last holder lets go
 
 
 class CheckShapes(beam.PTransform):
-    """Build and run every candidate on the meta device before any real execution."""
+    """Build and run every candidate on the meta device before any real execution, in contained worker processes
+    (`config`'s; those of the execution stage where the run's pipelines share the `pool` handle)."""
+
+    def __init__(self, config: ExecutionConfig, pool: Shared | None = None, batch_size: int = SHAPE_BATCH):
+        super().__init__()
+        self.config = config
+        self.pool = pool or Shared()
+        self.batch_size = batch_size
 
     def expand(self, candidates):
-        return candidates | beam.ParDo(_ShapeCheckFn()).with_outputs(REJECTED, main=KEPT)
+        return (
+            candidates
+            | "BatchForShapeCheck" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.batch_size)
+            | "RunOnMeta" >> beam.ParDo(_ShapeCheckFn(self.config, self.pool)).with_outputs(REJECTED, main=KEPT)
+        )
 
 
 class _DecontaminateFn(beam.DoFn):

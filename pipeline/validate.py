@@ -18,7 +18,7 @@ from typing import TypeVar
 from filters.decontamination import KernelBenchIndex, decontaminate
 from filters.execution import ExecutionConfig
 from filters.reasons import KEEP, Verdict
-from filters.shape_check import check_shapes
+from filters.worker_process import SHAPES
 from filters.workers import Job, WorkerPool
 from outputs.shards import write_text_atomic
 from outputs.stats import spread
@@ -131,24 +131,26 @@ def validate_tasks(
     similarity_threshold: float,
     jaccard_threshold: float,
 ) -> list[TaskResult]:
+    """Every task's verdict: the shape check and the execution checks in contained worker processes (task code
+    never runs here), decontamination, which only parses, here in between."""
     verdicts: dict[int, Verdict] = {}
     measured: dict[int, dict] = {}
     to_execute: list[int] = []
-    for i, (_, source) in enumerate(tasks):
-        shape = check_shapes(source)
-        if not shape.kept:
-            verdicts[i] = shape
-            continue
-        clean = decontaminate(source, index, similarity_threshold, jaccard_threshold)
-        measured[i] = clean.measurements
-        if not clean.kept:
-            verdicts[i] = clean
-            continue
-        to_execute.append(i)
-    if to_execute:
-        with WorkerPool(execution) as pool:
+    with WorkerPool(execution) as pool:
+        shapes = pool.run([Job(name, source, VALIDATE_SEED, SHAPES) for name, source in tasks])
+        for i, ((_, source), shape) in enumerate(zip(tasks, shapes, strict=True)):
+            if not shape.kept:
+                verdicts[i] = shape
+                continue
+            clean = decontaminate(source, index, similarity_threshold, jaccard_threshold)
+            measured[i] = clean.measurements
+            if not clean.kept:
+                verdicts[i] = clean
+                continue
+            to_execute.append(i)
+        if to_execute:
             ran = pool.run([Job(tasks[i][0], tasks[i][1], VALIDATE_SEED) for i in to_execute])
-        verdicts.update(zip(to_execute, ran, strict=True))
+            verdicts.update(zip(to_execute, ran, strict=True))
     results = []
     for i, (name, _) in enumerate(tasks):
         v = verdicts[i]

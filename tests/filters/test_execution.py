@@ -137,29 +137,6 @@ def test_checks_on_cuda():
     assert constant.reason == INDISTINGUISHABLE_OUTPUTS
 
 
-def _hold_and_die(path):
-    import ctypes
-
-    from filters.workers import DeviceLock
-
-    with DeviceLock(path):
-        ctypes.string_at(0)
-
-
-def test_a_device_lock_is_released_when_its_holder_crashes(tmp_path):
-    import multiprocessing
-
-    from filters.workers import DeviceLock
-
-    path = str(tmp_path / "gpu0")
-    child = multiprocessing.get_context("spawn").Process(target=_hold_and_die, args=(path,))
-    child.start()
-    child.join(timeout=60)
-    assert child.exitcode == -11
-    with DeviceLock(path):  # would block forever if the dead holder still held it
-        pass
-
-
 def test_a_task_far_outside_the_window_is_decided_before_its_other_checks():
     """The window comes first: a stochastic task too slow for it is rejected as too slow (and would be
     rescaled), without the draws that would find it stochastic."""
@@ -182,78 +159,15 @@ def test_each_gpu_worker_may_use_the_budget_of_one_of_at_most_three():
     assert memory_share(0.9, 12) == pytest.approx(0.3)
 
 
-def _enter_in_thread(lock_context) -> tuple:
-    """Enter a lock context in a thread; returns (entered event, release event, thread)."""
-    import threading
-
-    entered, release = threading.Event(), threading.Event()
-
-    def hold():
-        with lock_context():
-            entered.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=hold, daemon=True)
-    thread.start()
-    return entered, release, thread
-
-
-def test_a_device_lock_lets_checks_share_up_to_its_slots_and_timings_hold_it_alone(tmp_path):
-    from filters.workers import DeviceLock
-
-    path = str(tmp_path / "gpu0")
-
-    def lock():
-        return DeviceLock(path, slots=2)  # each holder its own, as each worker process has
-
-    a, release_a, thread_a = _enter_in_thread(lambda: lock().shared())
-    assert a.wait(5)
-    b, release_b, thread_b = _enter_in_thread(lambda: lock().shared())
-    assert b.wait(5), "two shared holders within the slots"
-    c, release_c, thread_c = _enter_in_thread(lambda: lock().shared())
-    assert not c.wait(0.3), "a third shared holder waits for a slot"
-    release_b.set()
-    thread_b.join(5)
-    assert c.wait(5)
-    # An exclusive holder waits for the shared ones inside, and a shared holder arriving after it waits for it.
-    w, release_w, thread_w = _enter_in_thread(lock)
-    assert not w.wait(0.3)
-    d, release_d, thread_d = _enter_in_thread(lambda: lock().shared())
-    assert not d.wait(0.3)
-    release_a.set()
-    release_c.set()
-    assert w.wait(5) and not d.is_set()
-    release_w.set()
-    assert d.wait(5)
-    release_d.set()
-    for t in (thread_a, thread_c, thread_w, thread_d):
-        t.join(5)
-
-
-def test_with_one_slot_a_device_locks_shared_mode_is_exclusive(tmp_path):
-    from filters.workers import DeviceLock
-
-    path = str(tmp_path / "gpu0")
-    a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path).shared())
-    assert a.wait(5)
-    b, release_b, thread_b = _enter_in_thread(lambda: DeviceLock(path).shared())
-    assert not b.wait(0.3)
-    release_a.set()
-    assert b.wait(5)
-    release_b.set()
-    thread_a.join(5)
-    thread_b.join(5)
-
-
 class _LockedCPUPool(WorkerPool):
     """A CPU pool whose workers share one device lock, as the workers of a GPU do."""
 
     def _spawn(self, slot):
         import os
 
-        from filters.workers import DeviceLock
+        from filters.device_lock import DeviceLock
 
-        self._locks.setdefault(None, DeviceLock(os.path.join(self._lock_dir, "cpu")))
+        self._locks.setdefault(None, DeviceLock(os.path.join(self._root, "cpu")))
         return super()._spawn(slot)
 
 
@@ -277,7 +191,8 @@ def test_tasks_waiting_for_a_hung_gpu_holder_are_not_timed_out_and_a_long_holder
 
 
 def test_the_time_limit_counts_work_not_waits_for_the_gpu():
-    from filters.workers import HOLD_SINCE, WAIT_SINCE, WAITED_S, overdue
+    from filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S
+    from filters.workers import overdue
 
     def watch(hold=0.0, wait=0.0, waited=0.0):
         w = [0.0] * 3
@@ -291,30 +206,6 @@ def test_the_time_limit_counts_work_not_waits_for_the_gpu():
     assert "besides 4 s waiting" in overdue(watch(waited=4.0), 100.0, 115.0, 10.0, 15.0)
     assert overdue(watch(hold=101.0), 100.0, 109.0, 10.0, 15.0) is None
     assert "held the GPU for more than 5 s" in overdue(watch(hold=101.0), 100.0, 107.0, 10.0, 5.0)
-
-
-def test_a_device_lock_reports_its_holds_and_waits(tmp_path):
-    from filters.workers import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock
-
-    path = str(tmp_path / "gpu0")
-    a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path))
-    assert a.wait(5)
-    watch = [0.0] * 3
-    lock = DeviceLock(path)
-    lock.watch(watch)
-    b, release_b, thread_b = _enter_in_thread(lambda: lock)
-    assert not b.wait(0.3)
-    assert watch[WAIT_SINCE] > 0 and watch[HOLD_SINCE] == 0
-    release_a.set()
-    assert b.wait(5)
-    assert watch[WAITED_S] >= 0.3 and watch[WAIT_SINCE] == 0 and watch[HOLD_SINCE] > 0
-    assert lock.held
-    release_b.set()
-    thread_b.join(5)
-    thread_a.join(5)
-    assert watch[HOLD_SINCE] == 0 and not lock.held
-    with lock.unwatched_holds(), lock:
-        assert watch[HOLD_SINCE] == 0
 
 
 def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():

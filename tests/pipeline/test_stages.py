@@ -36,12 +36,16 @@ def test_compose_candidates_yields_one_rendered_candidate_per_spec():
         assert_that(out[REJECTED], equal_to([]), label="no rejections")
 
 
-def test_check_shapes_routes_a_mismatch_to_rejected_with_its_reason():
+def test_check_shapes_routes_a_mismatch_to_rejected_with_its_reason_and_a_crash_costs_its_candidate_only():
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False, workers=1)
+    sources = (fixtures.GOOD, fixtures.SHAPE_MISMATCH, fixtures.SEGFAULT, fixtures.CONSTANT)
+    candidates = [_candidate(i, source) for i, source in enumerate(sources)]
     with BeamTestPipeline() as p:
-        out = p | beam.Create([_candidate(0, fixtures.GOOD), _candidate(1, fixtures.SHAPE_MISMATCH)]) | CheckShapes()
-        assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([0]))
+        out = p | beam.Create(candidates) | CheckShapes(cfg)
+        assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([0, 3]))
         assert_that(out[REJECTED] | beam.Map(lambda r: (r.candidate.index, r.reason, r.stage)),
-                    equal_to([(1, "shape_error", "shape_check")]), label="rejected")  # fmt: skip
+                    equal_to([(1, "shape_error", "shape_check"), (2, "crash", "shape_check")]),
+                    label="rejected")  # fmt: skip
 
 
 def test_dedup_keeps_the_first_of_each_program_and_drops_keys_seen_before():
@@ -102,7 +106,7 @@ def test_pipelines_given_one_pool_handle_start_execution_workers_once(monkeypatc
             assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([index]))
     assert len(made) == 1 and made[0]._finalizer.alive
     release_pool(handle, cfg)
-    assert not made[0]._finalizer.alive and not any(w.process.is_alive() for w in made[0]._workers)
+    assert not made[0]._finalizer.alive and not any(w.alive() for w in made[0]._workers)
 
 
 def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reported(monkeypatch, capsys):

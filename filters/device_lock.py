@@ -1,0 +1,144 @@
+"""An inter-process lock on a GPU, exclusive for timings and shared for the checks, that reports its holder's
+holds and waits into a small shared array, so that the worker pool can tell work from waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import os
+import time
+
+SLOT_POLL_S = 0.005  # how often a task waiting to share a GPU looks for a free slot
+# A worker's watch: what its DeviceLock reports, in a shared array the pool reads (monotonic clock seconds).
+HOLD_SINCE, WAIT_SINCE, WAITED_S = range(3)
+WATCH_FIELDS = 3
+
+
+class DeviceLock:
+    """An inter-process lock on a GPU, on files (flock): the OS releases it when its holder dies, so a worker
+    that segfaults or is killed on a timeout while holding it cannot wedge the others.
+
+    Entered as a context manager it is exclusive: for timings, which another process's kernels would slow.
+    `shared()` is for the checks' device work, which may overlap with that of up to `slots - 1` other tasks
+    (with `slots` 1, it is exclusive too). A waiting exclusive holder goes first: it takes a turnstile that new
+    shared holders must pass, then waits for the shared holders inside to leave."""
+
+    def __init__(self, path: str, slots: int = 1):
+        self.path = path
+        self.slots = slots
+        self._fds: dict[str, int] | None = None  # opened lazily, in the process that uses them
+        self._watch = None  # where this process reports its holds and waits (see `watch`)
+        self._holds_watched = True
+        self.held = False  # whether this process holds the lock (in either mode)
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "slots": self.slots, "_fds": None, "_watch": None, "_holds_watched": True,
+                "held": False}  # fmt: skip
+
+    def watch(self, state) -> None:
+        """Report this process's holds and waits into `state` (a shared array of HOLD_SINCE, WAIT_SINCE and
+        WAITED_S), for the pool that set it up."""
+        self._watch = state
+
+    @contextlib.contextmanager
+    def unwatched_holds(self):
+        """Holds taken meanwhile are not reported (a task that holds the lock for all of its work, compiling
+        included, is bound by the task's time limit only); waits still are."""
+        self._holds_watched = False
+        try:
+            yield
+        finally:
+            self._holds_watched = True
+
+    def _waiting(self) -> None:
+        if self._watch is not None:
+            self._watch[WAIT_SINCE] = time.monotonic()
+
+    def _holding(self) -> None:
+        self.held = True
+        if self._watch is not None:
+            now = time.monotonic()
+            if self._watch[WAIT_SINCE]:
+                self._watch[WAITED_S] += now - self._watch[WAIT_SINCE]
+            self._watch[WAIT_SINCE] = 0.0
+            if self._holds_watched:
+                self._watch[HOLD_SINCE] = now
+
+    def _released(self) -> None:
+        self.held = False
+        if self._watch is not None:
+            self._watch[HOLD_SINCE] = 0.0
+
+    def _fd(self, name: str) -> int:
+        if self._fds is None:
+            self._fds = {}
+        if name not in self._fds:
+            path = self.path if name == "rw" else f"{self.path}.{name}"
+            self._fds[name] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        return self._fds[name]
+
+    def __enter__(self) -> DeviceLock:
+        self._waiting()
+        fcntl.flock(self._fd("turnstile"), fcntl.LOCK_EX)
+        fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
+        self._holding()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._released()
+        fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
+        fcntl.flock(self._fd("turnstile"), fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def shared(self):
+        if self.slots <= 1:
+            with self:
+                yield self
+            return
+        self._waiting()
+        slot = self._take_slot()
+        try:
+            fcntl.flock(self._fd("turnstile"), fcntl.LOCK_EX)  # wait behind an exclusive holder
+            fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
+            fcntl.flock(self._fd("turnstile"), fcntl.LOCK_UN)
+            self._holding()
+            try:
+                yield self
+            finally:
+                self._released()
+                fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
+        finally:
+            fcntl.flock(slot, fcntl.LOCK_UN)
+
+    def _take_slot(self) -> int:
+        """One of the `slots` slot files, locked: the first free one, looked for again every few ms until one is
+        (flock cannot wait on any of several files)."""
+        while True:
+            for k in range(self.slots):
+                fd = self._fd(f"slot{k}")
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return fd
+                except BlockingIOError:
+                    continue
+            time.sleep(SLOT_POLL_S)
+
+
+def open_watch(path: str) -> memoryview:
+    """The watch at `path`: a file of WATCH_FIELDS doubles (zeros if new), mapped shared, so that the lock of a
+    worker process writes it and the pool reads it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_size != WATCH_FIELDS * 8:
+            os.ftruncate(fd, WATCH_FIELDS * 8)
+        mapping = mmap.mmap(fd, WATCH_FIELDS * 8)
+    finally:
+        os.close(fd)
+    return memoryview(mapping).cast("d")
+
+
+def clear_watch(watch) -> None:
+    for field in range(WATCH_FIELDS):
+        watch[field] = 0.0

@@ -1,0 +1,216 @@
+"""The state a task must leave as it found it in the process that judged it: the attributes of torch, of the
+checker's modules and of Python's own, torch's global settings, Python's hooks, signal handlers and timers, and
+the threads and processes running. A worker takes a snapshot before its first task and compares after each: a
+task that changed any of it is rejected (`tampering`) and its worker replaced, so that no task can change the
+state another task is judged in.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import sys
+import threading
+import types
+from collections.abc import Callable, Hashable
+
+# Modules and classes whose attributes are compared, where imported: a task that rebinds one of them (a
+# `torch.allclose` that always agrees, a patched `nn.Module.__call__`) has changed what every later task runs.
+WATCHED = (
+    "builtins",
+    "math",
+    "time",
+    "os",
+    "statistics",
+    "contextlib",
+    "json",
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.nn.init",
+    "torch.nn.modules.module",
+    "torch.nn.Module",
+    "torch.Tensor",
+    "torch._C.TensorBase",
+    "torch.testing",
+    "torch.autograd",
+    "torch.autograd.grad_mode",
+    "torch.cuda",
+    "torch.random",
+    "torch.profiler",
+    "torch.autograd.profiler",
+    "torch.compiler",
+    "multiprocessing.connection",
+    "filters.execution",
+    "filters.shape_check",
+    "filters.task_loading",
+    "filters.reasons",
+    "filters.device_lock",
+    "filters.integrity",
+    "filters.worker_process",
+)
+# torch's global settings, read through its own getters: a default dtype, a matmul precision or a pushed
+# TorchFunctionMode would change what later tasks compute or how they are compared.
+TORCH_SETTINGS = (
+    "get_default_dtype",
+    "get_default_device",
+    "is_grad_enabled",
+    "is_inference_mode_enabled",
+    "are_deterministic_algorithms_enabled",
+    "is_deterministic_algorithms_warn_only_enabled",
+    "get_float32_matmul_precision",
+    "get_num_threads",
+    "get_num_interop_threads",
+    "is_anomaly_enabled",
+    "_C._len_torch_function_stack",
+    "_C._len_torch_dispatch_stack",
+    "_C._get_cublas_allow_tf32",
+    "_C._get_cudnn_enabled",
+    "_C._get_cudnn_benchmark",
+    "_C._get_cudnn_deterministic",
+    "_C._get_cudnn_allow_tf32",
+    "backends.cuda.flash_sdp_enabled",
+    "backends.cuda.mem_efficient_sdp_enabled",
+    "backends.cuda.math_sdp_enabled",
+)
+SIGNALS = ("SIGINT", "SIGTERM", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGXFSZ", "SIGVTALRM")
+SIMPLE = (int, float, bool, str, bytes, type(None))
+_MISSING = object()
+
+
+class Running(frozenset):
+    """Threads or processes: a task may end some, but must not leave new ones running."""
+
+
+class Members(frozenset):
+    """Hooks such as import finders: a library may add one, but none may be removed or replaced."""
+
+
+def _resolve(dotted: str):
+    """The module or class `dotted` names, if its module is imported already (nothing is imported here)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        obj = sys.modules.get(".".join(parts[:cut]))
+        if obj is not None:
+            try:
+                for name in parts[cut:]:
+                    obj = obj.__dict__[name]
+            except (KeyError, AttributeError):
+                return None
+            return obj
+    return None
+
+
+def _token(value) -> Hashable:
+    """What identifies an attribute's value: simple values by value; anything else by identity, a function also
+    by its code and defaults (which can be replaced in place), a container also by its length (registries of
+    hooks are filled in place)."""
+    if isinstance(value, float):
+        return repr(value)  # NaN is not equal to itself
+    if isinstance(value, SIMPLE) or (isinstance(value, tuple) and all(isinstance(v, SIMPLE) for v in value)):
+        return value
+    if isinstance(value, types.FunctionType):
+        return (id(value), id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__))
+    if isinstance(value, dict | list | set):
+        return (id(value), len(value))
+    return id(value)
+
+
+def _torch_settings() -> dict[str, Hashable]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    settings = {}
+    for dotted in TORCH_SETTINGS:
+        getter = torch
+        try:
+            for name in dotted.split("."):
+                getter = getattr(getter, name)
+            settings[f"torch.{dotted}()"] = repr(getter())
+        except (AttributeError, RuntimeError):
+            continue
+    for config in ("torch._dynamo.config", "torch._inductor.config"):
+        module = sys.modules.get(config)
+        if module is not None:
+            public = {k: v for k, v in module.get_config_copy().items() if not k.startswith("_")}
+            settings[config] = repr(
+                sorted((k, sorted(map(repr, v)) if isinstance(v, set) else v) for k, v in public.items())
+            )
+    return settings
+
+
+def _children() -> set[int]:
+    """This process's child processes (Linux); empty where /proc cannot tell."""
+    pids: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return pids
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+        except OSError:
+            continue
+    return pids
+
+
+def _python_hooks() -> dict[str, Hashable]:
+    hooks: dict[str, Callable[[], Hashable]] = {
+        "sys.gettrace()": lambda: id(sys.gettrace()),
+        "sys.getprofile()": lambda: id(sys.getprofile()),
+        "threading.gettrace()": lambda: id(threading.gettrace()),
+        "threading.excepthook": lambda: id(threading.excepthook),
+        "sys.meta_path": lambda: Members(map(id, sys.meta_path)),  # a library may add a finder (six does)
+        "sys.path_hooks": lambda: Members(map(id, sys.path_hooks)),
+        "sys.excepthook": lambda: id(sys.excepthook),
+        "sys.stdout": lambda: id(sys.stdout),
+        "sys.stderr": lambda: id(sys.stderr),
+        "gc": lambda: (gc.isenabled(), gc.get_threshold(), len(gc.callbacks)),
+        "os.environ": lambda: hash(frozenset(os.environ.items())),
+        "alarm timer": lambda: signal.getitimer(signal.ITIMER_REAL)[0] > 0,
+        "threads": lambda: Running(t.ident for t in threading.enumerate()),
+    }
+    state = {name: probe() for name, probe in hooks.items()}
+    for name in SIGNALS:
+        if hasattr(signal, name):
+            state[f"signal.{name} handler"] = _token(signal.getsignal(getattr(signal, name)))
+    return state
+
+
+def snapshot() -> dict[str, Hashable]:
+    """The watched state of this process, as comparable tokens."""
+    state: dict[str, Hashable] = {}
+    for dotted in WATCHED:
+        namespace = _resolve(dotted)
+        if namespace is not None:
+            for name, value in list(vars(namespace).items()):
+                state[f"{dotted}.{name}"] = _token(value)
+            state[f"sys.modules[{dotted}]"] = id(sys.modules.get(dotted))
+    state.update(_torch_settings())
+    state.update(_python_hooks())
+    state["child processes"] = Running(_children())
+    return state
+
+
+def changes(before: dict[str, Hashable], after: dict[str, Hashable]) -> list[str]:
+    """What `after` changed or removed of `before`. Attributes added later (a submodule the task imported) are
+    not changes; of threads and processes, only new ones are; of hooks, only removed ones."""
+    changed = []
+    for name, token in before.items():
+        now = after.get(name, _MISSING)
+        if isinstance(token, Running) and isinstance(now, Running):
+            if now - token:
+                changed.append(f"{name} ({len(now - token)} new)")
+        elif isinstance(token, Members) and isinstance(now, Members):
+            if token - now:
+                changed.append(f"{name} ({len(token - now)} removed)")
+        elif now != token:
+            changed.append(name)
+    return changed
+
+
+def describe(changed: list[str], limit: int = 3) -> str:
+    shown = ", ".join(changed[:limit]) + (f" and {len(changed) - limit} more" if len(changed) > limit else "")
+    return f"the task changed the checker's process: {shown}"

@@ -1,0 +1,245 @@
+"""A worker process that runs task code: started by `WorkerPool` as `python -m filters.worker_process FD`, it
+contains itself (filters.containment) and serves jobs from the socket FD until told to stop.
+
+It is two processes. The first lowers its limits, enters the namespaces it may and starts the second, which runs
+the tasks (PID 1 of its namespace where there is one); it then waits for it, ends as it ended, and kills it if the
+pool goes away. The pool sees the first: a task that signals its parent reaches it, never the pool. The second
+reads its setup from the pool (pickled: the pool is trusted) and answers in JSON (it is not: a pickle from it
+could run code in the pool).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from filters.containment import Limits, apply_limits, die_with_parent, enter_namespaces
+
+EXECUTE = "execute"  # every execution check (filters.execution.run_checks)
+SHAPES = "shapes"  # loading and the shape check on the meta device (filters.shape_check.check_shapes)
+PARENT_POLL_S = 0.1  # how often the first process looks whether its child ended or the pool went away
+WARM_UP_SOURCE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x)).sum(dim=1)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@dataclass(frozen=True)
+class Cage:
+    """What the first process applies before it starts the one that runs tasks."""
+
+    limits: Limits
+    namespaces: bool = True  # enter PID and network namespaces where Linux permits
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What the process that runs tasks needs from the pool."""
+
+    config: Any  # filters.execution.ExecutionConfig
+    gpu_index: int | None
+    device_lock: Any  # filters.device_lock.DeviceLock of its GPU, or None
+    watch_path: str  # where its device lock reports holds and waits (filters.device_lock.open_watch)
+    scratch: str  # its own folder: each task runs in a fresh folder under it, removed afterwards
+    recycle_jobs: int  # it retires after this many tasks
+    recycle_growth_bytes: int  # or once its resident memory has grown this much since it was ready
+
+
+def send(conn: Connection, message: dict) -> None:
+    conn.send_bytes(json.dumps(message, default=str).encode())
+
+
+def main(fd: int) -> None:
+    conn = Connection(fd)
+    cage: Cage = conn.recv()
+    enforced = apply_limits(cage.limits)
+    namespaces = enter_namespaces() if cage.namespaces else []
+    pool = os.getppid()
+    child = os.fork()
+    if child == 0:
+        die_with_parent()
+        status = 0
+        try:
+            _serve(conn, {"limits": enforced, "namespaces": namespaces})
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+        os._exit(status)
+    conn.close()
+    sys.exit(_wait_for(child, pool))
+
+
+def _wait_for(child: int, pool: int) -> int:
+    """Wait for the child that runs tasks and end as it ended: by the same signal, or with its exit status. Kill
+    it if the pool goes away."""
+    while True:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            if os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)
+                return 128 + sig
+            return os.WEXITSTATUS(status)
+        if os.getppid() != pool:
+            os.kill(child, signal.SIGKILL)
+            return 1
+        time.sleep(PARENT_POLL_S)
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _serve(conn: Connection, containment: dict) -> None:
+    setup: WorkerSetup = conn.recv()
+    os.set_inheritable(conn.fileno(), False)  # a process a task starts must not hold the pool's socket
+    import torch
+
+    from filters import integrity
+    from filters.device_lock import open_watch
+    from filters.execution import is_fatal_cuda_error, verdict_to_wire
+    from filters.reasons import TAMPERING, Verdict
+
+    cfg = setup.config
+    if setup.device_lock is not None:
+        setup.device_lock.watch(open_watch(setup.watch_path))
+    _set_up_device(torch, cfg, setup.gpu_index)
+    _no_monitor_threads()
+    warm_up = _run_job(EXECUTE, WARM_UP_SOURCE, 0, setup, window=(0.0, float("inf")))
+    baseline = integrity.snapshot()
+    ready_rss = _resident_bytes()
+    send(conn, {"kind": "ready", "pid": os.getpid(), "containment": containment, "warm_up": warm_up.reason})
+    for done in range(1, setup.recycle_jobs + 1):
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        verdict = _run_job(job.check, job.source, job.seed, setup)
+        changed = integrity.changes(baseline, integrity.snapshot())
+        if changed:
+            verdict = Verdict(TAMPERING, integrity.describe(changed), verdict.measurements)
+        retire = (
+            bool(changed)
+            or is_fatal_cuda_error(verdict)
+            or done == setup.recycle_jobs
+            or _resident_bytes() - ready_rss > setup.recycle_growth_bytes
+        )
+        send(conn, {"kind": "done", "verdict": verdict_to_wire(verdict), "retire": retire})
+        if retire:
+            return
+
+
+def _set_up_device(torch, cfg, gpu_index: int | None) -> None:
+    from filters.workers import memory_share, workers_per_gpu
+
+    if gpu_index is None:
+        # CPU workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up
+        # as ~10 ms forwards in tiny-workload timings.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.workers))
+    else:
+        torch.cuda.set_device(gpu_index)
+        torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, workers_per_gpu(cfg)))
+    if cfg.compile_check:
+        import torch._inductor.config
+
+        # Compilation is what the workers do in parallel: each compiles its own task's kernels in-process, never
+        # in a pool of compile processes (which would oversubscribe the cores, and outlive a task).
+        torch._inductor.config.compile_threads = 1
+
+
+def _no_monitor_threads() -> None:
+    """tqdm starts a monitor thread the first time a progress bar is made (inductor makes some): it would read
+    as a thread a task left running."""
+    try:
+        import tqdm
+    except ImportError:
+        return
+    tqdm.tqdm.monitor_interval = 0
+
+
+def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tuple[float, float] | None = None):
+    """The verdict of one job, in a fresh scratch folder (removed afterwards). Whatever the task raises, exits
+    with included, costs this task only."""
+    import dataclasses
+
+    from filters.execution import run_checks
+    from filters.reasons import RUNTIME_ERROR, Verdict, one_line
+    from filters.shape_check import check_shapes
+
+    cfg = setup.config if window is None else dataclasses.replace(setup.config, runtime_window_ms=window)
+    folder = tempfile.mkdtemp(dir=setup.scratch)
+    os.chdir(folder)
+    try:
+        if check == SHAPES:
+            return check_shapes(source)
+        verdict = run_checks(source, seed, cfg, setup.device_lock)
+        if verdict.reason == "out_of_memory" and setup.gpu_index is not None and _sharers(cfg) > 1:
+            verdict = _alone(source, seed, cfg, setup)
+        return verdict
+    except SystemExit as e:
+        return Verdict(RUNTIME_ERROR, f"the task called exit({e.code!r})")
+    except BaseException as e:  # a checker bug must cost one task, not the worker's queue
+        return Verdict(RUNTIME_ERROR, f"checker failed: {one_line(e)}")
+    finally:
+        os.chdir(setup.scratch)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _sharers(cfg) -> int:
+    from filters.workers import workers_per_gpu
+
+    return workers_per_gpu(cfg)
+
+
+def _alone(source: str, seed: int, cfg, setup: WorkerSetup):
+    """A task that ran out of memory beside the other workers of its GPU, once more holding the GPU throughout,
+    under the whole budget: other workers' tensors may have been what was missing."""
+    import torch
+
+    from filters.execution import run_checks
+    from filters.workers import memory_share
+
+    torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
+    try:
+        with setup.device_lock.unwatched_holds():  # the lock is held while it compiles, too
+            return run_checks(source, seed, cfg, setup.device_lock, exclusive=True)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, _sharers(cfg)))
+
+
+if __name__ == "__main__":
+    from filters.worker_process import main as run_worker  # one copy of this module, under its own name
+
+    run_worker(int(sys.argv[1]))

@@ -1,0 +1,112 @@
+"""The GPU lock: shared for checks up to its slots, exclusive for timings, released by a dead holder, and
+reporting its holder's holds and waits."""
+
+
+def _hold_and_die(path):
+    import ctypes
+
+    from filters.device_lock import DeviceLock
+
+    with DeviceLock(path):
+        ctypes.string_at(0)
+
+
+def test_a_device_lock_is_released_when_its_holder_crashes(tmp_path):
+    import multiprocessing
+
+    from filters.device_lock import DeviceLock
+
+    path = str(tmp_path / "gpu0")
+    child = multiprocessing.get_context("spawn").Process(target=_hold_and_die, args=(path,))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == -11
+    with DeviceLock(path):  # would block forever if the dead holder still held it
+        pass
+
+
+def _enter_in_thread(lock_context) -> tuple:
+    """Enter a lock context in a thread; returns (entered event, release event, thread)."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    def hold():
+        with lock_context():
+            entered.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    return entered, release, thread
+
+
+def test_a_device_lock_lets_checks_share_up_to_its_slots_and_timings_hold_it_alone(tmp_path):
+    from filters.device_lock import DeviceLock
+
+    path = str(tmp_path / "gpu0")
+
+    def lock():
+        return DeviceLock(path, slots=2)  # each holder its own, as each worker process has
+
+    a, release_a, thread_a = _enter_in_thread(lambda: lock().shared())
+    assert a.wait(5)
+    b, release_b, thread_b = _enter_in_thread(lambda: lock().shared())
+    assert b.wait(5), "two shared holders within the slots"
+    c, release_c, thread_c = _enter_in_thread(lambda: lock().shared())
+    assert not c.wait(0.3), "a third shared holder waits for a slot"
+    release_b.set()
+    thread_b.join(5)
+    assert c.wait(5)
+    # An exclusive holder waits for the shared ones inside, and a shared holder arriving after it waits for it.
+    w, release_w, thread_w = _enter_in_thread(lock)
+    assert not w.wait(0.3)
+    d, release_d, thread_d = _enter_in_thread(lambda: lock().shared())
+    assert not d.wait(0.3)
+    release_a.set()
+    release_c.set()
+    assert w.wait(5) and not d.is_set()
+    release_w.set()
+    assert d.wait(5)
+    release_d.set()
+    for t in (thread_a, thread_c, thread_w, thread_d):
+        t.join(5)
+
+
+def test_with_one_slot_a_device_locks_shared_mode_is_exclusive(tmp_path):
+    from filters.device_lock import DeviceLock
+
+    path = str(tmp_path / "gpu0")
+    a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path).shared())
+    assert a.wait(5)
+    b, release_b, thread_b = _enter_in_thread(lambda: DeviceLock(path).shared())
+    assert not b.wait(0.3)
+    release_a.set()
+    assert b.wait(5)
+    release_b.set()
+    thread_a.join(5)
+    thread_b.join(5)
+
+
+def test_a_device_lock_reports_its_holds_and_waits(tmp_path):
+    from filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock
+
+    path = str(tmp_path / "gpu0")
+    a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path))
+    assert a.wait(5)
+    watch = [0.0] * 3
+    lock = DeviceLock(path)
+    lock.watch(watch)
+    b, release_b, thread_b = _enter_in_thread(lambda: lock)
+    assert not b.wait(0.3)
+    assert watch[WAIT_SINCE] > 0 and watch[HOLD_SINCE] == 0
+    release_a.set()
+    assert b.wait(5)
+    assert watch[WAITED_S] >= 0.3 and watch[WAIT_SINCE] == 0 and watch[HOLD_SINCE] > 0
+    assert lock.held
+    release_b.set()
+    thread_b.join(5)
+    thread_a.join(5)
+    assert watch[HOLD_SINCE] == 0 and not lock.held
+    with lock.unwatched_holds(), lock:
+        assert watch[HOLD_SINCE] == 0
