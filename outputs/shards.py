@@ -48,6 +48,8 @@ def write_shards(
     bytes each, at least one shard. Only one shard's rows are held at a time: each is written under a temporary
     name as soon as it is full, and all are renamed into place once their total count is known."""
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(f".tmp-{split}-*.parquet"):  # staged by a write that failed (a full disk, a kill)
+        stale.unlink()
     staged: list[Path] = []
     part: list[dict] = []
     size = 0

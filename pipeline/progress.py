@@ -1,12 +1,15 @@
 """Checkpoints of the execution stage: each finished batch's verdicts, so a run killed at any moment redoes
 only the batches that were in flight. Files go through Beam's FileSystems, written under a temporary name
-and renamed, so a checkpoint is read whole or not at all.
+and renamed, so a checkpoint is read whole or not at all; each record carries a hash of itself, so one damaged
+or edited afterwards is run again rather than trusted.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
+from collections.abc import Callable
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -16,6 +19,7 @@ from pipeline import workfiles
 from pipeline.records import Candidate
 
 Result = tuple[Candidate, Verdict, int]  # the final (possibly calibrated) candidate, its verdict, calibration steps
+DIGEST = "sha256"  # of the rest of a checkpoint record: a record that does not match it is damaged
 
 
 def progress_key(candidate: Candidate) -> str:
@@ -23,22 +27,48 @@ def progress_key(candidate: Candidate) -> str:
     return f"{candidate.data_source}/{candidate.index}/{candidate.dedup_key}"
 
 
+def _digest(record: dict) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def _parse(line: str) -> tuple[str, Result] | None:
+    """A checkpoint line's key and result; None where it is cut short, garbled or edited (its hash disagrees)."""
+    try:
+        record = json.loads(line)
+        digest = record.pop(DIGEST)
+        if digest != _digest(record):
+            return None
+        final = Candidate.from_json(record["candidate"])
+        if not record["key"].startswith(f"{final.data_source}/{final.index}/"):
+            return None
+        return record["key"], (final, verdict_from_wire(record["verdict"]), int(record["steps"]))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 class ExecutionProgress:
     def __init__(self, folder: str):
         self.folder = folder
         self.done: dict[str, Result] = {}
 
-    def load(self) -> ExecutionProgress:
+    def load(self, log: Callable[[str], None] | None = None) -> ExecutionProgress:
+        """Read every checkpoint. A damaged record (cut short, garbled, edited) is never trusted: its candidate
+        runs again, and `log` is told once per file that holds such records."""
         workfiles.mkdirs(self.folder)  # several processes may load it at once
-        for match in FileSystems.match([FileSystems.join(self.folder, "batch-*.jsonl")])[0].metadata_list:
-            with FileSystems.open(match.path) as f:
-                for line in f.read().decode("utf-8").splitlines():
-                    d = json.loads(line)
-                    self.done[d["key"]] = (
-                        Candidate.from_json(d["candidate"]),
-                        verdict_from_wire(d["verdict"]),
-                        d["steps"],
-                    )
+        for path in workfiles.match(FileSystems.join(self.folder, "batch-*.jsonl")):
+            try:
+                lines = workfiles.read_text(path).splitlines()
+            except (OSError, UnicodeDecodeError):
+                lines = ["unreadable"]
+            damaged = 0
+            for line in lines:
+                parsed = _parse(line)
+                if parsed is None:
+                    damaged += 1
+                else:
+                    self.done[parsed[0]] = parsed[1]
+            if damaged and log is not None:
+                log(f"checkpoint {path}: {damaged} damaged record(s) ignored; their candidates run again")
         return self
 
     def phase_totals(self) -> dict[str, float]:
@@ -54,16 +84,11 @@ class ExecutionProgress:
         return self.done.get(progress_key(candidate))
 
     def record(self, entered: list[Candidate], results: list[Result]) -> None:
-        lines = [
-            json.dumps(
-                {"key": progress_key(c), "candidate": final.to_json(), "verdict": verdict_to_wire(v), "steps": steps}
-            )
+        records = [
+            {"key": progress_key(c), "candidate": final.to_json(), "verdict": verdict_to_wire(v), "steps": steps}
             for c, (final, v, steps) in zip(entered, results, strict=True)
         ]
-        name = f"batch-{uuid.uuid4().hex}.jsonl"
-        tmp, final_path = FileSystems.join(self.folder, f".tmp-{name}"), FileSystems.join(self.folder, name)
-        with FileSystems.create(tmp) as f:
-            f.write(("\n".join(lines) + "\n").encode("utf-8"))
-        FileSystems.rename([tmp], [final_path])
+        lines = [json.dumps({**r, DIGEST: _digest(r)}) for r in records]
+        workfiles.write_text(FileSystems.join(self.folder, f"batch-{uuid.uuid4().hex}.jsonl"), "\n".join(lines) + "\n")
         for c, result in zip(entered, results, strict=True):
             self.done[progress_key(c)] = result

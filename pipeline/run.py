@@ -54,6 +54,7 @@ from pipeline.config import (
     VERSION,
 )
 from pipeline.errors import OpsynthError, UsageError
+from pipeline.folder_lock import FolderLock
 from pipeline.graph import (
     ACCEPTED,
     EXECUTE_REJECTED,
@@ -126,31 +127,40 @@ def shape_check_config(execution: ExecutionConfig) -> ExecutionConfig:
     return dataclasses.replace(execution, device="cpu", compile_check=False, shared_checks=False, workers=1)
 
 
-def prepare_output_dir(options: GenerateOptions) -> tuple[Path, bool]:
-    """Create or reopen DIR; refuse a foreign folder or a run of other options. Returns (state dir, complete)."""
+def state_dir(options: GenerateOptions) -> Path:
+    """DIR's state folder, made if DIR is new or empty; a foreign folder is refused."""
     out = Path(options.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder path")
     state = out / STATE_DIR
-    config_path = state / CONFIG_FILE
-    wanted = options.fingerprint()
-    if config_path.exists():
-        stored = json.loads(config_path.read_text())
-        if stored != wanted:
-            differing = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
-            raise UsageError(
-                f"{out} holds a run with other options ({', '.join(differing)} differ); "
-                "rerun with the same options to resume, or choose another --out"
-            )
-        return state, (out / "stats.json").exists()
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(entry.name != STATE_DIR for entry in out.iterdir()) and not state.is_dir():
         raise UsageError(f"{out} is not empty and holds no opsynth run; choose a new or empty --out folder")
     try:
         state.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(config_path, json.dumps(wanted, indent=2, sort_keys=True))
     except OSError as e:
         raise UsageError(f"cannot write to {out} ({e.strerror}); choose a writable --out folder") from None
-    return state, False
+    return state
+
+
+def check_config(options: GenerateOptions, state: Path) -> None:
+    """Reopen a run of the same options, or start one; refuse a run of other options or unreadable ones."""
+    config_path = state / CONFIG_FILE
+    wanted = options.fingerprint()
+    if not config_path.exists():
+        write_text_atomic(config_path, json.dumps(wanted, indent=2, sort_keys=True))
+        return
+    try:
+        stored = json.loads(config_path.read_text())
+    except (OSError, ValueError):
+        raise UsageError(
+            f"{config_path} is damaged: the run's options cannot be read; remove {options.out} to start over"
+        ) from None
+    if stored != wanted:
+        differing = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
+        raise UsageError(
+            f"{options.out} holds a run with other options ({', '.join(differing)} differ); "
+            "rerun with the same options to resume, or choose another --out"
+        )
 
 
 def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, tuple[int, int]]) -> dict[str, int]:
@@ -177,9 +187,9 @@ def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, t
 def _recorded_plan(round_dir: str) -> dict[str, int] | None:
     """The plan a round wrote before its work; for a finished round of an earlier version, which wrote none,
     its candidates per data source, counted from its records. None for a round not started."""
-    path = workfiles.join(round_dir, PLAN_FILE)
-    if workfiles.exists(path):
-        return json.loads(workfiles.read_text(path))
+    plan = workfiles.read_json(workfiles.join(round_dir, PLAN_FILE))
+    if isinstance(plan, dict) and all(s in DATA_SOURCES and isinstance(n, int) and n > 0 for s, n in plan.items()):
+        return plan
     if not workfiles.exists(workfiles.join(round_dir, DONE_MARKER)):
         return None
     counts = Counter(
@@ -188,6 +198,47 @@ def _recorded_plan(round_dir: str) -> dict[str, int] | None:
         for d in workfiles.read_jsonl_glob(workfiles.join(round_dir, pattern))
     )
     return {s: counts[s] for s in sorted(counts, key=DATA_SOURCES.index)}
+
+
+def _round_results(
+    r: int, plan, specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pool, log
+) -> tuple[list[Candidate], list[Rejection], bool]:
+    """Round `r`'s accepted candidates and rejections, and whether it had finished before: run (or finished)
+    where it had not. A finished round whose records are damaged, or do not account for its candidates (a run
+    that failed wrote them), runs again from its CPU stages; the execution's checkpoints spare its GPU work."""
+    resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
+    if not resumed:
+        log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
+        if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
+            log(f"round {r}: its CPU stages were done; resuming at its execution")
+        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pool, log)
+    records = _round_records(round_dir, len(specs))
+    if records is None:
+        log(f"round {r}: its records do not account for its {len(specs)} candidates; running it again")
+        for marker in (DONE_MARKER, PREPARED_MARKER):
+            workfiles.delete(workfiles.join(round_dir, marker))
+        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pool, log)
+        resumed, records = False, _round_records(round_dir, len(specs))
+        if records is None:
+            raise OpsynthError(f"round {r}'s records do not account for its {len(specs)} candidates")
+    return (*records, resumed)
+
+
+def _round_records(round_dir: str, candidates: int) -> tuple[list[Candidate], list[Rejection]] | None:
+    """A finished round's accepted candidates and rejections; None unless they are readable and account for its
+    `candidates` exactly once each."""
+    try:
+        records = workfiles.read_jsonl_glob
+        accepted = [Candidate.from_json(d) for d in records(workfiles.join(round_dir, f"{ACCEPTED}-*.jsonl"))]
+        rejected = [
+            Rejection.from_json(d)
+            for prefix in (PREPARE_REJECTED, EXECUTE_REJECTED)
+            for d in records(workfiles.join(round_dir, f"{prefix}-*.jsonl"))
+        ]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    orders = {c.order for c in accepted} | {x.candidate.order for x in rejected}
+    return (accepted, rejected) if len(accepted) + len(rejected) == len(orders) == candidates else None
 
 
 def _exhausted(plan: dict[str, int], gained: Counter, missing: dict[str, int]) -> list[str]:
@@ -272,7 +323,7 @@ def _run_round(
     prepared_files = workfiles.match(workfiles.join(round_dir, f"{PREPARED}-*.jsonl"))
     progress = workfiles.join(work_root, PROGRESS_DIR)
     workfiles.mkdirs(progress)
-    work = json.loads(workfiles.read_text(workfiles.join(round_dir, PREPARE_WORK_FILE)))
+    work = workfiles.read_json(workfiles.join(round_dir, PREPARE_WORK_FILE), {})
     executed = _run_pipeline(
         beam_args, lambda p: build_execute(p, prepared_files, options, execution, round_dir, progress, pool)
     )
@@ -312,14 +363,16 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         kind = "transformers" if source == "transformers" else "torch"
         if n and not sampleable(kind):
             raise UsageError(f"the catalog has no {kind} entries to make {source} rows; drop it from --mixture")
-    state, complete = prepare_output_dir(options)
-    work_root = options.work_dir or str(state)
-    if complete:
-        stats = json.loads((out / "stats.json").read_text())
-        log(f"{out} already holds the finished dataset ({stats['counts']['rows']} rows); nothing to do")
-        return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
-    with SessionClock(work_root) as session:
-        return _generate(options, beam_args, log, quota, work_root, session)
+    state = state_dir(options)
+    with FolderLock(state, out):
+        check_config(options, state)
+        work_root = options.work_dir or str(state)
+        stats = workfiles.read_json(str(out / "stats.json"))
+        if isinstance(stats, dict) and "counts" in stats:
+            log(f"{out} already holds the finished dataset ({stats['counts']['rows']} rows); nothing to do")
+            return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
+        with SessionClock(work_root) as session:
+            return _generate(options, beam_args, log, quota, work_root, session)
 
 
 def _generate(
@@ -362,34 +415,10 @@ def _generate(
                 for i in range(tried[s], tried[s] + n)
             ]
             t0 = time.monotonic()
-            resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
-            if not resumed:
-                log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
-                if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
-                    log(f"round {r}: its CPU stages were done; resuming at its execution")
-                _run_round(
-                    specs,
-                    options,
-                    execution,
-                    frozenset(seen_keys),
-                    selector,
-                    round_dir,
-                    work_root,
-                    beam_args,
-                    pool,
-                    log,
-                )
-            records = workfiles.read_jsonl_glob
-            new_accepted = [Candidate.from_json(d) for d in records(workfiles.join(round_dir, f"{ACCEPTED}-*.jsonl"))]
-            new_rejected = [
-                Rejection.from_json(d)
-                for prefix in (PREPARE_REJECTED, EXECUTE_REJECTED)
-                for d in records(workfiles.join(round_dir, f"{prefix}-*.jsonl"))
-            ]
-            if len(new_accepted) + len(new_rejected) != len(specs):
-                raise OpsynthError(
-                    f"round {r} accounts for {len(new_accepted) + len(new_rejected)} of {len(specs)} candidates"
-                )
+            new_accepted, new_rejected, resumed = _round_results(
+                r, plan, specs, options, execution, frozenset(seen_keys), selector, round_dir, work_root, beam_args,
+                pool, log,
+            )  # fmt: skip
             seen_keys.update(c.dedup_key for c in new_accepted)
             seen_keys.update(x.candidate.dedup_key for x in new_rejected if x.stage == "execute")
             tried.update(plan)
@@ -409,7 +438,7 @@ def _generate(
                     "candidates": len(specs),
                     "accepted": len(new_accepted),
                     "resumed": resumed,
-                    "stage_work_s": json.loads(workfiles.read_text(workfiles.join(round_dir, WORK_FILE))),
+                    "stage_work_s": workfiles.read_json(workfiles.join(round_dir, WORK_FILE), {}),
                     "wall_s": round(time.monotonic() - t0, 3),
                 }
             )

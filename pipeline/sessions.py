@@ -58,8 +58,13 @@ class SessionClock:
 
 
 def read_sessions(work_root: str) -> list[dict]:
-    """Every process's record, oldest first."""
+    """Every process's readable record, oldest first."""
     folder = workfiles.join(work_root, SESSIONS_DIR)
     if not workfiles.exists(folder):
         return []
-    return [json.loads(workfiles.read_text(p)) for p in workfiles.match(workfiles.join(folder, "*.json"))]
+    records = []
+    for path in workfiles.match(workfiles.join(folder, "*.json")):
+        record = workfiles.read_json(path)  # a damaged record costs that process's time in the sum, nothing else
+        if isinstance(record, dict) and isinstance(record.get("wall_s"), int | float):
+            records.append(record)
+    return records

@@ -282,6 +282,10 @@ class DedupWithinSet(beam.PTransform):
         return {KEPT: limited[KEPT], REJECTED: rejected}
 
 
+def _warn(message: str) -> None:
+    print(f"opsynth: {message}", file=sys.stderr)
+
+
 class _Tally:
     """This process's fresh verdicts in one execution stage, reported (to stderr) as they are checkpointed."""
 
@@ -342,7 +346,7 @@ class _ExecuteBatchFn(beam.DoFn):
     def setup(self) -> None:
         # One pool per process for every pipeline given the same handle: a run's rounds start workers once.
         self.pool = self.shared_pool.acquire(lambda: WorkerPool(self.config), tag=self.config)
-        self.progress = ExecutionProgress(self.progress_dir).load()
+        self.progress = ExecutionProgress(self.progress_dir).load(log=_warn)
 
     def process(self, batch: list[Candidate]) -> Iterator:
         results, todo = [], []

@@ -32,9 +32,12 @@ def delete(path: str) -> None:
         FileSystems.delete([path])
 
 
+TMP_PREFIX = ".tmp-"  # a file being written; never state (a full disk or a kill may leave one behind)
+
+
 def write_text(path: str, text: str) -> None:
     directory, name = FileSystems.split(path)
-    tmp = join(directory, f".tmp-{name}")
+    tmp = join(directory, f"{TMP_PREFIX}{name}")
     with FileSystems.create(tmp) as f:
         f.write(text.encode("utf-8"))
     FileSystems.rename([tmp], [path])
@@ -43,6 +46,14 @@ def write_text(path: str, text: str) -> None:
 def read_text(path: str) -> str:
     with FileSystems.open(path) as f:
         return f.read().decode("utf-8")
+
+
+def read_json(path: str, default=None):
+    """The JSON value of a state file; `default` where it is missing or damaged (its work is then redone)."""
+    try:
+        return json.loads(read_text(path))
+    except (OSError, ValueError):
+        return default
 
 
 def write_jsonl(path: str, records: Iterable) -> None:
@@ -58,8 +69,9 @@ def iter_jsonl(path: str) -> Iterator[dict]:
 
 
 def match(pattern: str) -> list[str]:
-    """The paths matching a glob, in name order."""
-    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    """The paths matching a glob, in name order; files being written (TMP_PREFIX) never match."""
+    paths = (m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    return sorted(p for p in paths if not FileSystems.split(p)[1].startswith(TMP_PREFIX))
 
 
 def delete_matching(pattern: str) -> None:

@@ -118,7 +118,7 @@ def test_same_seed_same_dataset_on_both_local_runners_and_resume_after_losing_th
     assert main(["generate", "--out", str(tmp_path / "c"), *argv, *multi]) == 0
     # Rounds and checkpoints in a separate work folder (an object store on a distributed runner).
     assert main(["generate", "--out", str(tmp_path / "d"), "--work-dir", str(tmp_path / "work"), *argv]) == 0
-    assert [p.name for p in (tmp_path / "d" / ".opsynth").iterdir()] == ["config.json"]
+    assert sorted(p.name for p in (tmp_path / "d" / ".opsynth").iterdir()) == ["config.json", "lock"]
     assert (tmp_path / "work" / "round-00000" / "_SUCCESS").exists()
     ids = [load_dataset(str(tmp_path / d), split="train")["id"] for d in "abcd"]
     assert ids[0] == ids[1] == ids[2] == ids[3]  # in-process and multi-process Beam runs make the same dataset
