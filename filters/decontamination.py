@@ -104,9 +104,13 @@ class KernelBenchIndex:
         table = SkeletonTable()
         prints = []
         for name, code in tasks:
+            if not isinstance(code, str) or not code.strip():
+                raise ReferenceError_(f"KernelBench task {name} has no code")
             fp = fingerprint(table, code)
             if fp.raw_root is None:
                 raise ReferenceError_(f"KernelBench task {name} does not parse")
+            if model_class_node(code) is None:
+                raise ReferenceError_(f"KernelBench task {name} defines no `class Model`")
             prints.append(fp)
         return cls(
             names=tuple(n for n, _ in tasks),

@@ -22,6 +22,8 @@ class LoadedTask:
 
 
 def load_task(source: str, filename: str = "<task>") -> LoadedTask:
+    if not isinstance(source, str) or not source.strip():
+        raise TaskLoadError("is empty: there is no code")
     try:
         code = compile(source, filename, "exec")
     except (SyntaxError, ValueError) as e:

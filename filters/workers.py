@@ -65,8 +65,10 @@ def overdue(watch, started: float, now: float, timeout_s: float, hold_limit: flo
     WALL_LIMIT_FACTOR time limits all told (the watch is written by the worker, which runs task code)."""
     if watch[HOLD_SINCE] and now - watch[HOLD_SINCE] > hold_limit:
         return f"held the GPU for more than {hold_limit:g} s at once (its device work is far above the window)"
+    if now - started >= WALL_LIMIT_FACTOR * timeout_s:
+        return f"no verdict within {WALL_LIMIT_FACTOR * timeout_s:g} s, waits for the GPU included"
     waited = watch[WAITED_S] + (now - watch[WAIT_SINCE] if watch[WAIT_SINCE] else 0.0)
-    if now - started - waited >= timeout_s or now - started >= WALL_LIMIT_FACTOR * timeout_s:
+    if now - started - waited >= timeout_s:
         return f"no verdict within {timeout_s:g} s" + (
             f" (besides {waited:.0f} s waiting for the GPU)" if waited >= 1 else ""
         )
@@ -296,8 +298,10 @@ class WorkerPool:
         """(job index, verdict) where worker `slot` finished, crashed or timed out on its job; else None."""
         try:
             payload = w.conn.recv_bytes(MAX_MESSAGE_BYTES) if w.conn.poll() else None
-        except (EOFError, OSError):
-            payload = None
+        except EOFError:
+            payload = None  # its end is closed: it died, as seen below
+        except OSError:
+            return self._lost(slot, w, "the worker sent an unreadable message")
         if payload is not None:
             try:
                 message = _message(payload)

@@ -19,6 +19,7 @@ from pipeline.errors import OpsynthError, UsageError
 
 STATE_DIR = ".opsynth"
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+TOKEN_LIKE = re.compile(r"hf_[A-Za-z0-9]{8,}")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class PublishPlan:
     total_bytes: int
     rows: int
     commit_message: str
+
+
+def mask(text: str, token: str) -> str:
+    """`text` with the token, and anything that looks like a Hugging Face token, replaced by `***`."""
+    return TOKEN_LIKE.sub("***", text.replace(token, "***") if token else text)
 
 
 def card_metadata(folder: Path) -> dict:
@@ -107,7 +113,8 @@ def publish(
         info = api.create_commit(
             repo_id, operations, commit_message=plan.commit_message, repo_type="dataset", revision=revision
         )
-    except Exception as e:  # the Hub's errors name the request; the token is in headers, never in the message
-        raise OpsynthError(f"publishing to datasets/{repo_id} failed: {type(e).__name__}: {e}") from None
+    except Exception as e:  # a server's error body is printed; one that echoes the request's headers holds the token
+        message = mask(f"{type(e).__name__}: {e}", token)
+        raise OpsynthError(f"publishing to datasets/{repo_id} failed: {message}") from None
     log(f"published in one commit: {info.commit_url}")
     return plan

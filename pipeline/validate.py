@@ -48,6 +48,7 @@ INPUT_HELP = "give a .py task, a folder of them, a Parquet file with a `code` co
 def _parquet_tasks(files: list[Path]) -> list[tuple[str, str]]:
     """(name, code) of every row: the `id` column names a row where there is one (a generated set), else its
     index (in a single file) or `file:index`."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     tasks = []
@@ -58,13 +59,16 @@ def _parquet_tasks(files: list[Path]) -> list[tuple[str, str]]:
             raise UsageError(f"{path} is not a readable Parquet file ({type(e).__name__})") from None
         if "code" not in schema.names:
             raise UsageError(f"{path} has no `code` column (columns: {', '.join(schema.names)}); {INPUT_HELP}")
+        code_type = schema.field("code").type
+        if not (pa.types.is_string(code_type) or pa.types.is_large_string(code_type)):
+            raise UsageError(f"{path}: its `code` column holds {code_type}, not text; {INPUT_HELP}")
         table = pq.read_table(path, columns=[c for c in ("code", "id") if c in schema.names])
         codes = table.column("code").to_pylist()
         if "id" in schema.names:
             names = [str(x) for x in table.column("id").to_pylist()]
         else:
             names = [str(i) if len(files) == 1 else f"{path.name}:{i}" for i in range(len(codes))]
-        tasks += [(name, code or "") for name, code in zip(names, codes, strict=True)]
+        tasks += [(name, code or "") for name, code in zip(names, codes, strict=True)]  # a null code loads as empty
     return tasks
 
 

@@ -203,6 +203,8 @@ def test_the_time_limit_counts_work_not_waits_for_the_gpu():
     assert overdue(watch(), 100.0, 111.0, 10.0, 15.0) == "no verdict within 10 s"
     assert overdue(watch(waited=4.0), 100.0, 111.0, 10.0, 15.0) is None  # 7 s of work
     assert overdue(watch(wait=103.0), 100.0, 130.0, 10.0, 15.0) is None  # waiting since 3 s in
+    # The watch is written by the worker, which runs task code: ten time limits all told end any task.
+    assert overdue(watch(waited=1e9), 100.0, 200.0, 10.0, 15.0) == "no verdict within 100 s, waits for the GPU included"
     assert "besides 4 s waiting" in overdue(watch(waited=4.0), 100.0, 115.0, 10.0, 15.0)
     assert overdue(watch(hold=101.0), 100.0, 109.0, 10.0, 15.0) is None
     assert "held the GPU for more than 5 s" in overdue(watch(hold=101.0), 100.0, 107.0, 10.0, 5.0)

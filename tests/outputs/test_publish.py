@@ -114,3 +114,33 @@ def test_no_token_is_a_usage_error(dataset_folder, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # no cached login either
     with pytest.raises(UsageError, match="hf auth login"):
         publish(str(dataset_folder), "acme/x", endpoint="http://127.0.0.1:9")
+
+
+class _EchoingHub(BaseHTTPRequestHandler):
+    """A server whose error body repeats the request's headers, the token among them."""
+
+    def do_POST(self):
+        body = json.dumps({"error": f"bad request; headers were: {dict(self.headers)}"}).encode()
+        self.send_response(400)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_that_echoes_the_token_never_gets_it_printed(dataset_folder, monkeypatch):
+    from pipeline.errors import OpsynthError
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _EchoingHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    try:
+        with pytest.raises(OpsynthError) as failed:
+            publish(str(dataset_folder), "acme/x", endpoint=f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+    assert "Bearer ***" in str(failed.value), str(failed.value)
+    assert TOKEN not in str(failed.value) and "hf_test" not in str(failed.value)

@@ -181,3 +181,31 @@ def test_python_dash_m_pipeline_is_the_same_cli():
 
     done = subprocess.run([sys.executable, "-m", "pipeline", "catalog", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "opsynth catalog check" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("rows", "needle"),
+    [
+        ({"name": ["1_Conv", "2_Gemm"], "level": [1, 1], "code": [fixtures.GOOD, None]}, "level1/2_Gemm has no code"),
+        ({"name": ["3_Relu"], "level": [1], "code": ["import torch\n"]}, "level1/3_Relu defines no `class Model`"),
+    ],
+)
+def test_a_kernelbench_row_without_a_model_is_named_in_one_line(tmp_path, capsys, rows, needle):
+    bad = tmp_path / "kb.parquet"
+    pq.write_table(pa.table(rows), bad)
+    code, _, stderr = _run(capsys, [*GEN, "--out", str(tmp_path / "o"), "--kernelbench", str(bad)])
+    assert code == 2 and needle in stderr and len(stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_validate_names_a_row_without_code_and_refuses_a_code_column_that_is_not_text(tmp_path, capsys):
+    tasks = tmp_path / "tasks.parquet"
+    pq.write_table(pa.table({"code": [fixtures.GOOD, None]}), tasks)
+    argv = ["validate", str(tasks), "--device", "cpu", "--runtime-window-ms", "0,100", "--no-compile-check",
+            "--workers", "1"]  # fmt: skip
+    code, stdout, _ = _run(capsys, argv)
+    assert code == 0 and "0: keep" in stdout and "1: load_error  (is empty: there is no code)" in stdout
+    numbers = tmp_path / "numbers.parquet"
+    pq.write_table(pa.table({"code": [1, 2]}), numbers)
+    code, _, stderr = _run(capsys, ["validate", str(numbers), "--device", "cpu"])
+    assert code == 2 and "`code` column holds int64, not text" in stderr and len(stderr.strip().splitlines()) == 1

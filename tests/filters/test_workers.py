@@ -1,0 +1,46 @@
+"""The worker pool's care of its workers: replaced when they break the protocol, retired after many tasks, and
+contained (what the first worker reports of its containment)."""
+
+import pytest
+
+from filters.execution import ExecutionConfig
+from filters.reasons import CRASH, KEEP
+from filters.workers import Job, WorkerPool
+from tests import fixtures
+
+CPU = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1000.0), timeout_s=20.0, compile_check=False, workers=1)
+# A task that writes a message of its own on every socket it can find: the worker's line to the pool among them.
+JUNK_ON_SOCKETS = fixtures.task(
+    "import os, stat\n"
+    "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+    "    try:\n"
+    "        if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+    "            os.write(fd, b'\\xff\\xff\\xff\\x7f' + b'junk' * 8)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "return x * 2"
+)
+
+
+def test_a_worker_that_breaks_the_protocol_costs_its_task_only():
+    with WorkerPool(CPU) as pool:
+        junk, good = pool.run([Job("junk", JUNK_ON_SOCKETS, 1), Job("good", fixtures.GOOD, 1)])
+        assert (junk.reason, junk.detail) == (CRASH, "the worker sent an unreadable message")
+        assert good.reason == KEEP and pool.replaced == 1
+
+
+def test_workers_retire_after_many_tasks(monkeypatch):
+    import filters.workers
+
+    monkeypatch.setattr(filters.workers, "RECYCLE_JOBS", 2)
+    with WorkerPool(CPU) as pool:
+        verdicts = pool.run([Job(str(i), fixtures.GOOD, i) for i in range(5)])
+        assert all(v.kept for v in verdicts) and pool.replaced == 2
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="Linux only")
+def test_the_pool_knows_what_its_workers_enforce():
+    with WorkerPool(CPU) as pool:
+        pool.wait_ready()
+        limits = pool.containment["limits"]
+    assert {"open files", "file size", "address space"} <= set(limits)
