@@ -18,6 +18,8 @@ from dataclasses import dataclass
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 PR_SET_PDEATHSIG = 1
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -59,11 +61,12 @@ class Limits:
     open_files: int = 4096
     file_size_bytes: int = 1 << 30  # a task writing more gets an error, not a full disk
     processes: int = 256  # processes and threads (the pids cgroup's limit; RLIMIT_NPROC above the user's count)
-    address_space_bytes: int | None = None  # None on CUDA, whose driver reserves far more than it uses
+    address_space_bytes: int | None = None  # CPU workers; on CUDA the driver reserves far more than it uses
+    data_bytes: int | None = None  # CUDA workers: their private writable memory (RLIMIT_DATA), which CUDA keeps to
 
 
-def address_space_share(workers: int, floor: int = 4 << 30) -> int:
-    """The address space one of `workers` CPU workers may map: its share of nine tenths of physical memory."""
+def host_memory_share(workers: int, floor: int = 4 << 30) -> int:
+    """The host memory one of `workers` workers may map: its share of nine tenths of physical memory."""
     physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return max(floor, int(physical * 0.9) // max(1, workers))
 
@@ -95,6 +98,9 @@ def apply_limits(limits: Limits) -> list[str]:
     if limits.address_space_bytes is not None:
         _lower(resource.RLIMIT_AS, limits.address_space_bytes)
         enforced.append("address space")
+    if limits.data_bytes is not None:
+        _lower(resource.RLIMIT_DATA, limits.data_bytes)
+        enforced.append("data")
     if os.getuid() != 0 and os.path.isdir("/proc"):  # root is not bound by RLIMIT_NPROC
         _lower(resource.RLIMIT_NPROC, _user_processes() + limits.processes)
         enforced.append("processes (RLIMIT_NPROC)")
@@ -111,17 +117,18 @@ def _write(path: str, text: str) -> None:
 
 
 def enter_namespaces() -> list[str]:
-    """Move this (single-threaded) process into new PID and network namespaces where Linux lets it: directly as
-    root, else inside a new user namespace that maps this user to itself. Its next child is then PID 1 of a
-    namespace in which no process outside can be signalled and no network exists; when that child dies, the
-    kernel kills every process left in it. Returns the names of the namespaces entered (none where refused)."""
+    """Move this (single-threaded) process into new PID, network and mount namespaces where Linux lets it:
+    directly as root, else inside a new user namespace that maps this user to itself. Its next child is then
+    PID 1 of a namespace in which no process outside can be signalled and no network exists; when that child
+    dies, the kernel kills every process left in it. Returns the names of the namespaces entered (none where
+    refused)."""
     if not hasattr(os, "fork") or not os.path.isdir("/proc/self/ns"):
         return []
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWPID | CLONE_NEWNET) == 0:
-        return ["pid", "network"]
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET) != 0:
+    if libc.unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS) == 0:
+        return ["pid", "network", "mount"]
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS) != 0:
         return []
     try:
         _write("/proc/self/setgroups", "deny")
@@ -129,7 +136,17 @@ def enter_namespaces() -> list[str]:
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
     except OSError:
         pass  # unmapped, files read as nobody's: still contained
-    return ["user", "pid", "network"]
+    return ["user", "pid", "network", "mount"]
+
+
+def mount_own_proc() -> bool:
+    """In the first process of a new PID namespace (and a mount namespace of its own): mount a /proc that shows
+    that namespace, as the CUDA driver, which looks itself up there, needs; mounts stay private to it. Whether it
+    was mounted."""
+    libc = _libc()
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    return libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
 
 
 def die_with_parent() -> None:

@@ -84,7 +84,8 @@ class Running(frozenset):
 
 
 class Members(frozenset):
-    """Hooks such as import finders: a library may add one, but none may be removed or replaced."""
+    """Hooks such as import finders, or environment variables: a library may add one, but none may be removed or
+    replaced."""
 
 
 def _resolve(dotted: str):
@@ -168,7 +169,7 @@ def _python_hooks() -> dict[str, Hashable]:
         "sys.stdout": lambda: id(sys.stdout),
         "sys.stderr": lambda: id(sys.stderr),
         "gc": lambda: (gc.isenabled(), gc.get_threshold(), len(gc.callbacks)),
-        "os.environ": lambda: hash(frozenset(os.environ.items())),
+        "os.environ": lambda: Members(os.environ.items()),  # torch adds cache locations on first use
         "alarm timer": lambda: signal.getitimer(signal.ITIMER_REAL)[0] > 0,
         "threads": lambda: Running(t.ident for t in threading.enumerate()),
     }

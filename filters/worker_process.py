@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from filters.containment import Limits, apply_limits, die_with_parent, enter_namespaces
+from filters.containment import Limits, apply_limits, die_with_parent, enter_namespaces, mount_own_proc
 
 EXECUTE = "execute"  # every execution check (filters.execution.run_checks)
 SHAPES = "shapes"  # loading and the shape check on the meta device (filters.shape_check.check_shapes)
@@ -83,6 +83,8 @@ def main(fd: int) -> None:
     child = os.fork()
     if child == 0:
         die_with_parent()
+        if "pid" in namespaces and not mount_own_proc():
+            namespaces = [n for n in namespaces if n != "mount"]
         status = 0
         try:
             _serve(conn, {"limits": enforced, "namespaces": namespaces})

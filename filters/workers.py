@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from filters.containment import Limits, PidsCgroup, address_space_share, task_environment
+from filters.containment import Limits, PidsCgroup, host_memory_share, task_environment
 from filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock, clear_watch, open_watch
 from filters.execution import ExecutionConfig
 from filters.reasons import CRASH, TIMEOUT, Verdict
@@ -41,6 +41,7 @@ POLL_S = 0.25  # how often the pool looks at its busy workers' device holds and 
 WALL_LIMIT_FACTOR = 10  # a task's wall time, its waits for the GPU included, never exceeds this many time limits
 RECYCLE_JOBS = 1000  # a worker retires after this many tasks
 RECYCLE_GROWTH_BYTES = 2 << 30  # or once its resident memory grew this much since it was ready
+CUDA_WORKER_MEMORY_FLOOR = 8 << 30  # host memory a CUDA worker may always use (inductor's compile needs a few GiB)
 MAX_MESSAGE_BYTES = 1 << 20  # a worker's message, larger than any verdict; more is a broken worker
 
 
@@ -193,9 +194,10 @@ class WorkerPool:
 
     def __init__(self, cfg: ExecutionConfig, limits: Limits | None = None):
         self.cfg = cfg
-        self.limits = limits or Limits(
-            address_space_bytes=None if cfg.device == "cuda" else address_space_share(cfg.workers)
-        )
+        if limits is None:  # host memory: CUDA reserves far more address space than it maps, so its data instead
+            share = host_memory_share(cfg.workers, floor=CUDA_WORKER_MEMORY_FLOOR if cfg.device == "cuda" else 4 << 30)
+            limits = Limits(data_bytes=share) if cfg.device == "cuda" else Limits(address_space_bytes=share)
+        self.limits = limits
         self._gpus = self._gpu_indices()
         self._root = tempfile.mkdtemp(prefix="opsynth-workers-")
         # One lock per GPU: a task holds it while it runs on the device, so timings are not shared.
@@ -205,6 +207,7 @@ class WorkerPool:
             if gpu is not None
         }
         self.hold_limit_s = hold_limit_s(cfg)
+        self._cage = Cage(self.limits)
         self._spawned = 0
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
@@ -230,7 +233,7 @@ class WorkerPool:
             "recycle_jobs": RECYCLE_JOBS,
             "recycle_growth_bytes": RECYCLE_GROWTH_BYTES,
         }
-        return _Worker(self._root, Cage(self.limits), setup, f"w{self._spawned}")
+        return _Worker(self._root, self._cage, setup, f"w{self._spawned}")
 
     def _replace(self, slot: int) -> None:
         self._workers[slot].kill()
@@ -318,7 +321,7 @@ class WorkerPool:
             return None
         if not w.alive():
             if w.job is None and not w.ready:
-                raise RuntimeError(f"an execution worker failed to start ({_describe_exit(w.process.returncode)})")
+                return self._failed_to_start(slot, w)
             return self._lost(slot, w, _describe_exit(w.process.returncode))
         if w.job is not None:
             why = overdue(w.watch, w.started, now, self.cfg.timeout_s, self.hold_limit_s)
@@ -329,6 +332,17 @@ class WorkerPool:
         if not w.ready and now >= w.deadline:
             raise RuntimeError(f"an execution worker did not start within {STARTUP_TIMEOUT_S:g} s")
         return None
+
+    def _failed_to_start(self, slot: int, w: _Worker) -> None:
+        """A worker died before it was ready: where it ran in namespaces of its own, which some drivers refuse (a
+        CUDA driver that cannot see itself), the pool's workers run without them from now on; else it is fatal."""
+        why = _describe_exit(w.process.returncode)
+        if not self._cage.namespaces:
+            raise RuntimeError(f"an execution worker failed to start ({why})")
+        print(f"opsynth: a worker failed to start in namespaces of its own ({why}); workers run without them",
+              file=sys.stderr)  # fmt: skip
+        self._cage = Cage(self.limits, namespaces=False)
+        self._replace(slot)
 
     def _lost(self, slot: int, w: _Worker, why: str) -> tuple[int, Verdict] | None:
         """Worker `slot` died or broke: replaced; its job, if it had one, is a crash."""

@@ -5,6 +5,7 @@ into one-line, actionable messages (exit 2 for usage errors, 1 for failures, no 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -13,6 +14,8 @@ import sys
 from pipeline.config import AST_SIMILARITY_THRESHOLD, DEFAULT_PRESET, KERNELBENCH_JACCARD_THRESHOLD, WORKLOADS
 from pipeline.errors import OpsynthError, UsageError
 
+BENCH_CANDIDATES = 200  # opsynth bench's default --n
+FAULT_TRIALS = 20  # opsynth bench faults' default --n: trials of each kind
 SHARED_CHECKS_HELP = (
     "CUDA: let the checks (draws, output comparisons) of up to 3 tasks share a GPU; timings still hold it alone. "
     "Not yet the default: measure it with opsynth bench execute first"
@@ -170,11 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="measure the throughput of a stage and write it as JSON",
         epilog="examples:\n  opsynth bench cpu --n 500\n  opsynth bench decontam --n 300\n"
-        "  opsynth bench execute --device cuda --n 400 --out gpu.json",
+        "  opsynth bench execute --device cuda --n 400 --out gpu.json\n  opsynth bench faults --n 20 --out faults.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    bench.add_argument("stage", choices=("cpu", "decontam", "execute", "gpu"), help="gpu: execute on CUDA")
-    bench.add_argument("--n", type=int, default=200, help="candidates to push through (default 200)")
+    bench.add_argument(
+        "stage",
+        choices=("cpu", "decontam", "execute", "gpu", "faults"),
+        help="gpu: execute on CUDA; faults: kill, starve and damage tiny runs, and validate hostile tasks",
+    )
+    bench.add_argument(
+        "--n", type=int, help="candidates to push through (default 200); faults: trials of each kind (default 20)"
+    )
     bench.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     bench.add_argument("--workload", choices=tuple(WORKLOADS), help="default: gpu on CUDA, else tiny")
     bench.add_argument(
@@ -434,6 +443,10 @@ def cmd_similarity(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.stage == "faults":
+        from bench.faults import run_faults
+
+        return _write_bench(run_faults(_positive("--n", args.n) or FAULT_TRIALS), args.out)
     from bench.harness import run_bench
 
     if args.stage == "gpu":
@@ -443,17 +456,21 @@ def cmd_bench(args) -> int:
             raise UsageError("opsynth bench gpu needs a CUDA device; here use opsynth bench execute --device cpu")
     device = _resolve_device("cuda" if args.stage == "gpu" else args.device)
     workload = args.workload or ("gpu" if device == "cuda" else "tiny")
-    n = _positive("--n", args.n)
+    n = _positive("--n", args.n) or BENCH_CANDIDATES
     workers = _positive("--workers", args.workers) or _default_workers(device, not args.no_compile_check)
     stage = "execute" if args.stage == "gpu" else args.stage
     result = run_bench(stage, n, workload, device, workers, not args.no_compile_check, args.shared_checks)
+    return _write_bench(result, args.out)
+
+
+def _write_bench(result: dict, out: str | None) -> int:
     text = json.dumps(result, indent=2)
-    if args.out:
+    if out:
         from pathlib import Path
 
         from outputs.shards import write_text_atomic
 
-        write_text_atomic(Path(args.out), text + "\n")
+        write_text_atomic(Path(out), text + "\n")
     print(text)
     return 0
 
@@ -626,6 +643,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if debug:
             raise
+        if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e):
+            print("opsynth: error: no space left on device; free some, then run the same command again (generate "
+                  "resumes where it stopped)", file=sys.stderr)  # fmt: skip
+            return 1
         print(f"opsynth: error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", file=sys.stderr)
         return 1
 

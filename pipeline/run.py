@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -88,6 +89,13 @@ PREPARE_PROCESSES = 8  # each loads torch and the KernelBench reference
 QUIET_HARNESS = ["--default_sdk_harness_log_level", "WARNING"]  # the processes' start-up chatter
 
 
+class Pools(NamedTuple):
+    """Handles on the run's worker pools, shared by its rounds' pipelines in each process that runs them."""
+
+    execution: Shared
+    shapes: Shared
+
+
 @dataclass
 class RunResult:
     out: Path
@@ -123,7 +131,8 @@ def execution_config(
 
 
 def shape_check_config(execution: ExecutionConfig) -> ExecutionConfig:
-    """The workers of a shape check run apart from the execution's: one per process, on the CPU."""
+    """The shape check's worker, one per process that runs the stage, on the CPU (the meta device needs no GPU):
+    apart from the execution's workers, whose start-up (a CUDA context, a first compile) it need not wait for."""
     return dataclasses.replace(execution, device="cpu", compile_check=False, shared_checks=False, workers=1)
 
 
@@ -201,7 +210,7 @@ def _recorded_plan(round_dir: str) -> dict[str, int] | None:
 
 
 def _round_results(
-    r: int, plan, specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pool, log
+    r: int, plan, specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log
 ) -> tuple[list[Candidate], list[Rejection], bool]:
     """Round `r`'s accepted candidates and rejections, and whether it had finished before: run (or finished)
     where it had not. A finished round whose records are damaged, or do not account for its candidates (a run
@@ -211,13 +220,13 @@ def _round_results(
         log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
         if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
             log(f"round {r}: its CPU stages were done; resuming at its execution")
-        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pool, log)
+        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log)
     records = _round_records(round_dir, len(specs))
     if records is None:
         log(f"round {r}: its records do not account for its {len(specs)} candidates; running it again")
         for marker in (DONE_MARKER, PREPARED_MARKER):
             workfiles.delete(workfiles.join(round_dir, marker))
-        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pool, log)
+        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log)
         resumed, records = False, _round_records(round_dir, len(specs))
         if records is None:
             raise OpsynthError(f"round {r}'s records do not account for its {len(specs)} candidates")
@@ -275,7 +284,7 @@ def _run_round(
     round_dir: str,
     work_root: str,
     beam_args: list[str],
-    pool: Shared,
+    pools: Pools,
     log=print,
 ) -> None:
     """Run one round: its CPU stages, then its execution. A round interrupted during its CPU stages is redone
@@ -286,10 +295,6 @@ def _run_round(
         workfiles.mkdirs(round_dir)
         plan = Counter(spec.data_source for spec in specs)
         workfiles.write_text(workfiles.join(round_dir, PLAN_FILE), json.dumps(dict(plan)))
-        # In this process the shape check uses the execution workers, idle meanwhile; elsewhere one contained
-        # worker per process on the CPU (the meta device needs no GPU).
-        here = runs_in_this_process(args)
-        shapes = (execution, pool) if here else (shape_check_config(execution), None)
         return _run_pipeline(
             args,
             lambda p: build_prepare(
@@ -298,10 +303,10 @@ def _run_round(
                 options,
                 seen_keys,
                 round_dir,
-                shapes[0],
+                shape_check_config(execution),
                 selector.graph_caps(),
                 selector.graph_rows(),
-                shapes[1],
+                pools.shapes,
             ),
         )
 
@@ -325,7 +330,7 @@ def _run_round(
     workfiles.mkdirs(progress)
     work = workfiles.read_json(workfiles.join(round_dir, PREPARE_WORK_FILE), {})
     executed = _run_pipeline(
-        beam_args, lambda p: build_execute(p, prepared_files, options, execution, round_dir, progress, pool)
+        beam_args, lambda p: build_execute(p, prepared_files, options, execution, round_dir, progress, pools.execution)
     )
     for stage, seconds in executed.items():
         work[stage] = work.get(stage, 0.0) + seconds
@@ -395,10 +400,12 @@ def _generate(
     rounds: list[dict] = []
     round_dirs: list[str] = []
     started = time.monotonic()
-    pool = Shared()  # the rounds' execution stages share their workers (in each process that runs them)
+    # The rounds' stages share their workers (in each process that runs them).
+    pools, shapes = Pools(Shared(), Shared()), shape_check_config(execution)
     if runs_in_this_process(beam_args):
         # Start the workers now: they import torch and set up the device while round 0 composes its candidates.
-        pool.acquire(lambda: WorkerPool(execution), tag=execution)
+        pools.execution.acquire(lambda: WorkerPool(execution), tag=execution)
+        pools.shapes.acquire(lambda: WorkerPool(shapes), tag=shapes)
     last_round: dict[str, tuple[int, int]] = {}
     exhausted: dict[str, dict] = {}  # data source -> when it was retired and where its missing rows went
     idle = 0
@@ -417,7 +424,7 @@ def _generate(
             t0 = time.monotonic()
             new_accepted, new_rejected, resumed = _round_results(
                 r, plan, specs, options, execution, frozenset(seen_keys), selector, round_dir, work_root, beam_args,
-                pool, log,
+                pools, log,
             )  # fmt: skip
             seen_keys.update(c.dedup_key for c in new_accepted)
             seen_keys.update(x.candidate.dedup_key for x in new_rejected if x.stage == "execute")
@@ -465,7 +472,8 @@ def _generate(
                 )
             del new_accepted, new_rejected, chosen, skipped, rejections
     finally:
-        release_pool(pool, execution)
+        release_pool(pools.execution, execution)
+        release_pool(pools.shapes, shapes)
     short = selector.missing()
     if short:
         reasons = ", ".join(f"{reason} {n}" for (_, reason), n in dropped.most_common(3))

@@ -46,3 +46,12 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def ops6k_transformers() -> Path:
     return shared_file("reference/ops6k_transformers_classes.tsv")
+
+
+@pytest.fixture(scope="session")
+def tiny_reference(tmp_path_factory) -> tuple[Path, float]:
+    """The fault suite's uninterrupted tiny run (bench.faults.RUN_ARGS), and its wall time: what every broken and
+    resumed run must end with."""
+    from bench.faults import reference_run
+
+    return reference_run(tmp_path_factory.mktemp("tiny-reference"))

@@ -1,39 +1,26 @@
-"""Small task programs that each must get one verdict from the execution checks."""
+"""Small task programs that each must get one verdict from the execution checks (the template, the honest and
+the hostile ones shared with the fault suite live in bench.hostile_tasks)."""
 
-HEADER = "import torch\nimport torch.nn as nn\n\n\n"
-FOOTER = """
+from bench.hostile_tasks import (  # noqa: F401  (the shared templates and tasks, re-exported for the tests)
+    CONSTANT,
+    FOOTER,
+    GOOD,
+    HANG,
+    HEADER,
+    HONEST,
+    HOSTILE,
+    SECRET_FILE,
+    SEGFAULT,
+    STOCHASTIC,
+    at_import,
+    secrets_probe,
+    task,
+)
 
-def get_inputs():
-    return [torch.randn(8, 32)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-def task(forward_body: str, init_body: str = "pass") -> str:
-    """A Model with the given forward body (x is the input) and __init__ body."""
-    return (
-        HEADER
-        + "class Model(nn.Module):\n"
-        + "    def __init__(self):\n        super().__init__()\n"
-        + "".join(f"        {line}\n" for line in init_body.splitlines())
-        + "\n    def forward(self, x):\n"
-        + "".join(f"        {line}\n" for line in forward_body.splitlines())
-        + FOOTER
-    )
-
-
-GOOD = task("return torch.relu(self.linear(x))", "self.linear = nn.Linear(32, 16)")
-STOCHASTIC = task("return torch.nn.functional.dropout(x, p=0.5, training=True)")
-CONSTANT = task("return torch.ones_like(x)")
 SCALAR_LOSS = task("return torch.nn.functional.mse_loss(x, torch.zeros_like(x))")
 CONSTANT_SCALAR = task("return (x * 0).sum() + 1.0")
 VANISHING = task("return x * 1e-6")
 NAN = task("return torch.log(-x.abs() - 1.0)")
-SEGFAULT = task("import ctypes\nctypes.string_at(0)\nreturn x")
-HANG = task("import time\ntime.sleep(3600)\nreturn x")
 TOO_SLOW = task("import time\ntime.sleep(0.05)\nreturn x * 2")
 UNLOADABLE = "import torch\nclass Model(:\n"
 NO_GET_INPUTS = "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    pass\n"
@@ -41,53 +28,3 @@ RAISES = task("raise ValueError('boom')")
 SHAPE_MISMATCH = task("return self.linear(x)", "self.linear = nn.Linear(64, 16)")
 COMPILE_MISMATCH = task("if torch.compiler.is_compiling():\n    return x * 2\nreturn x")
 OUT_OF_MEMORY = task("raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 8.00 GiB')")
-
-
-def at_import(code: str, body: str = "return x * 2") -> str:
-    """A task that runs `code` when its module is executed (before the checker builds anything)."""
-    return task(body).replace(HEADER, HEADER + code + "\n\n", 1)
-
-
-LOOPS_IN_GET_INIT_INPUTS = task("return x").replace(
-    "def get_init_inputs():\n", "def get_init_inputs():\n    while True:\n        pass\n"
-)
-PATCHES_ALLCLOSE = at_import(
-    "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True", "return torch.rand_like(x)"
-)
-LEAVES_PROCESSES = task(
-    "import subprocess\nfor _ in range(20):\n    subprocess.Popen(['sleep', '7654321'])\nreturn x * 2"
-)
-FORK_BOMB = task(
-    "import os, time\nfor _ in range(600):\n    if os.fork() == 0:\n        time.sleep(3600)\n        os._exit(0)\n"
-    "return x * 2"
-)
-# Hostile or broken tasks, as someone validating a set they did not write meets them, with the verdict each must
-# get ("not keep": any but keep); every honest task validated after them must still get its own verdict.
-HOSTILE = {
-    "segfault_in_forward": (SEGFAULT, "crash"),
-    "exit_in_forward": (task("import sys\nsys.exit(0)"), "runtime_error"),
-    "os_exit_in_forward": (task("import os\nos._exit(3)"), "crash"),
-    "kills_its_parent": (task("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nreturn x"), "crash"),
-    "kills_its_group": (task("import os, signal\nos.killpg(0, signal.SIGKILL)\nreturn x"), "crash"),
-    "hang_in_forward": (HANG, "timeout"),
-    "hang_at_import": (at_import("import time\ntime.sleep(3600)"), "timeout"),
-    "loop_in_get_init_inputs": (LOOPS_IN_GET_INIT_INPUTS, "timeout"),
-    "patches_allclose": (PATCHES_ALLCLOSE, "tampering"),
-    "patches_module_call": (at_import("nn.Module.__call__ = lambda self, *a: a[0]"), "tampering"),
-    "sets_default_dtype": (at_import("torch.set_default_dtype(torch.float64)"), "tampering"),
-    "leaves_processes": (LEAVES_PROCESSES, "tampering"),
-    "fork_bomb": (FORK_BOMB, "not keep"),
-    "memory_hog": (task("hog = [torch.empty(1 << 28) for _ in range(1024)]\nreturn x"), "out_of_memory"),
-}
-SECRET_FILE = "opsynth-secret-probe.txt"  # where secrets_probe also leaves what it found (a relative path)
-
-
-def secrets_probe(found_path: str) -> str:
-    """A task that looks for a token in its environment and writes what it found to `found_path`, and to a
-    relative path (which must land in a scratch folder removed afterwards)."""
-    return at_import(
-        "import os, pathlib\n"
-        "found = repr([os.environ.get('HF_TOKEN'), pathlib.Path('/proc/self/environ').read_bytes()])\n"
-        f"pathlib.Path({SECRET_FILE!r}).write_text(found)\n"
-        f"pathlib.Path({found_path!r}).write_text(found)"
-    )

@@ -12,64 +12,29 @@ from pathlib import Path
 
 import pytest
 
+from bench.faults import environment, hostile_validate, opsynth, running_under, verdicts_hold
 from tests import fixtures
 
-HONEST = {"good": (fixtures.GOOD, "keep"), "stochastic": (fixtures.STOCHASTIC, "not_deterministic"),
-          "constant": (fixtures.CONSTANT, "indistinguishable_outputs")}  # fmt: skip
-TOKEN = "hf_opsynthTestToken0123456789"
+HONEST = fixtures.HONEST
 
 
-def _running_under(folder: Path) -> list[int]:
-    """Live processes working in `folder` or below it (the workers' scratch folders are made under TMPDIR)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.readlink(entry / "cwd").startswith(str(folder)) and _state(int(entry.name)) != "Z":
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
-def _environment(tmp_path: Path) -> dict:
-    """Secrets to hide, and a TMPDIR of the test's own, under which the workers make their folders."""
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    return {**os.environ, "HF_TOKEN": TOKEN, "AWS_SECRET_ACCESS_KEY": TOKEN, "TMPDIR": str(tmp_path / "tmp")}
-
-
-def _validate(folder: Path, report: Path, cwd: Path, timeout_s: str = "8") -> subprocess.CompletedProcess:
-    env = _environment(cwd)
-    argv = [sys.executable, "-m", "pipeline", "validate", str(folder), "--device", "cpu", "--workers", "2",
-            "--timeout-s", timeout_s, "--no-compile-check", "--runtime-window-ms", "0,1000",
-            "--report", str(report)]  # fmt: skip
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+def _validate(folder: Path, report: Path, cwd: Path) -> subprocess.CompletedProcess:
+    argv = ["validate", str(folder), "--device", "cpu", "--workers", "2", "--timeout-s", "8", "--no-compile-check",
+            "--runtime-window-ms", "0,1000", "--report", str(report)]  # fmt: skip
+    return opsynth(argv, cwd / "tmp", cwd=cwd)
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="the process checks read /proc (Linux)")
 def test_hostile_tasks_cost_only_their_own_verdicts(tmp_path):
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    found = tmp_path / "found.txt"
     # Hostile first, honest last: a worker a hostile task changed must never judge an honest one.
-    cases = {**fixtures.HOSTILE, "secrets": (fixtures.secrets_probe(str(found)), "keep"), **HONEST}
-    for i, (name, (source, _)) in enumerate(cases.items()):
-        (tasks / f"{i:02d}_{name}.py").write_text(source)
-    report = tmp_path / "report.jsonl"
-    done = _validate(tasks, report, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    verdicts = {json.loads(line)["task"][3:-3]: json.loads(line)["verdict"] for line in report.read_text().splitlines()}
-    assert list(verdicts) == list(cases), "the report names every task, in order"
-    for name, (_, expected) in cases.items():
-        if expected == "not keep":
-            assert verdicts[name] != "keep", name
-        else:
-            assert verdicts[name] == expected, (name, verdicts[name])
-    for i, name in enumerate(cases):
-        assert f"{i:02d}_{name}.py: {verdicts[name]}" in done.stdout
-    assert TOKEN not in found.read_text(), "a secret reached task code"
-    assert not (tmp_path / fixtures.SECRET_FILE).exists() and not (tasks / fixtures.SECRET_FILE).exists()
-    assert not _running_under(tmp_path / "tmp"), "a worker, or a process a task started, outlived the run"
+    result = hostile_validate(tmp_path)
+    assert result["exit"] == 0
+    assert [v is not None for v in result["verdicts"]] == [True] * len(result["tasks"]), "the report is complete"
+    assert verdicts_hold(result), list(zip(result["tasks"], result["verdicts"], strict=True))
+    for name, verdict in zip(result["tasks"], result["verdicts"], strict=True):
+        assert f"{name}: {verdict}" in result["stdout"]
+    assert not result["secret_reached_task"] and not result["files_left_in_working_folder"]
+    assert result["leftover_processes"] == 0, "a worker, or a process a task started, outlived the run"
 
 
 def test_a_checker_patching_task_changes_no_honest_verdict(tmp_path):
@@ -99,18 +64,19 @@ def test_workers_die_with_a_killed_run(tmp_path):
     (tasks / "hang.py").write_text(fixtures.HANG)
     argv = [sys.executable, "-m", "pipeline", "validate", str(tasks), "--device", "cpu", "--workers", "1",
             "--timeout-s", "600", "--no-compile-check"]  # fmt: skip
-    process = subprocess.Popen(argv, env=_environment(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    process = subprocess.Popen(argv, env=environment(tmp_path / "tmp"), **quiet)
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(_running_under(tmp_path / "tmp")) < 2:  # a worker's two processes
+    while time.monotonic() < deadline and len(running_under(tmp_path / "tmp")) < 2:  # a worker's two processes
         time.sleep(0.2)
-    workers = _running_under(tmp_path / "tmp")
+    workers = running_under(tmp_path / "tmp")
     assert workers, "no worker started"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and _running_under(tmp_path / "tmp"):
+    while time.monotonic() < deadline and running_under(tmp_path / "tmp"):
         time.sleep(0.2)
-    assert not _running_under(tmp_path / "tmp"), "workers outlived the run"
+    assert not running_under(tmp_path / "tmp"), "workers outlived the run"
 
 
 def _state(pid: int) -> str:
