@@ -55,7 +55,6 @@ from pipeline.config import (
     VERSION,
 )
 from pipeline.errors import OpsynthError, UsageError
-from pipeline.folder_lock import FolderLock
 from pipeline.graph import (
     ACCEPTED,
     EXECUTE_REJECTED,
@@ -67,12 +66,11 @@ from pipeline.graph import (
 from pipeline.options import GenerateOptions, quotas
 from pipeline.progress import ExecutionProgress
 from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
+from pipeline.run_folder import FolderLock, check_config, state_dir
 from pipeline.selection import Selector
 from pipeline.sessions import SessionClock, read_sessions
 from pipeline.stages import release_pool, stage_work_seconds
 
-STATE_DIR = ".opsynth"
-CONFIG_FILE = "config.json"
 DONE_MARKER = "_SUCCESS"
 PREPARED_MARKER = "_PREPARED"  # the round's CPU stages are done; a resume starts at its execution
 WORK_FILE = "stage_work_s.json"
@@ -134,42 +132,6 @@ def shape_check_config(execution: ExecutionConfig) -> ExecutionConfig:
     """The shape check's worker, one per process that runs the stage, on the CPU (the meta device needs no GPU):
     apart from the execution's workers, whose start-up (a CUDA context, a first compile) it need not wait for."""
     return dataclasses.replace(execution, device="cpu", compile_check=False, shared_checks=False, workers=1)
-
-
-def state_dir(options: GenerateOptions) -> Path:
-    """DIR's state folder, made if DIR is new or empty; a foreign folder is refused."""
-    out = Path(options.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; give a folder path")
-    state = out / STATE_DIR
-    if out.exists() and any(entry.name != STATE_DIR for entry in out.iterdir()) and not state.is_dir():
-        raise UsageError(f"{out} is not empty and holds no opsynth run; choose a new or empty --out folder")
-    try:
-        state.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot write to {out} ({e.strerror}); choose a writable --out folder") from None
-    return state
-
-
-def check_config(options: GenerateOptions, state: Path) -> None:
-    """Reopen a run of the same options, or start one; refuse a run of other options or unreadable ones."""
-    config_path = state / CONFIG_FILE
-    wanted = options.fingerprint()
-    if not config_path.exists():
-        write_text_atomic(config_path, json.dumps(wanted, indent=2, sort_keys=True))
-        return
-    try:
-        stored = json.loads(config_path.read_text())
-    except (OSError, ValueError):
-        raise UsageError(
-            f"{config_path} is damaged: the run's options cannot be read; remove {options.out} to start over"
-        ) from None
-    if stored != wanted:
-        differing = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
-        raise UsageError(
-            f"{options.out} holds a run with other options ({', '.join(differing)} differ); "
-            "rerun with the same options to resume, or choose another --out"
-        )
 
 
 def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, tuple[int, int]]) -> dict[str, int]:

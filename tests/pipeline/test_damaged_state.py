@@ -11,7 +11,7 @@ import pytest
 
 from bench.faults import RUN_ARGS, dataset_rows, unfinished_copy
 from pipeline.cli import main
-from pipeline.folder_lock import FolderLock
+from pipeline.run_folder import FolderLock
 
 
 def _generate(out: Path) -> int:
