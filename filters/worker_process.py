@@ -197,8 +197,9 @@ def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tup
     import dataclasses
 
     from filters.execution import run_checks
-    from filters.reasons import RUNTIME_ERROR, Verdict, one_line
+    from filters.reasons import OUT_OF_MEMORY, RUNTIME_ERROR, Verdict, one_line
     from filters.shape_check import check_shapes
+    from filters.workers import workers_per_gpu
 
     cfg = setup.config if window is None else dataclasses.replace(setup.config, runtime_window_ms=window)
     folder = tempfile.mkdtemp(dir=setup.scratch)
@@ -207,7 +208,7 @@ def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tup
         if check == SHAPES:
             return check_shapes(source)
         verdict = run_checks(source, seed, cfg, setup.device_lock)
-        if verdict.reason == "out_of_memory" and setup.gpu_index is not None and _sharers(cfg) > 1:
+        if verdict.reason == OUT_OF_MEMORY and setup.gpu_index is not None and workers_per_gpu(cfg) > 1:
             verdict = _alone(source, seed, cfg, setup)
         return verdict
     except SystemExit as e:
@@ -219,26 +220,20 @@ def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tup
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _sharers(cfg) -> int:
-    from filters.workers import workers_per_gpu
-
-    return workers_per_gpu(cfg)
-
-
 def _alone(source: str, seed: int, cfg, setup: WorkerSetup):
     """A task that ran out of memory beside the other workers of its GPU, once more holding the GPU throughout,
     under the whole budget: other workers' tensors may have been what was missing."""
     import torch
 
     from filters.execution import run_checks
-    from filters.workers import memory_share
+    from filters.workers import memory_share, workers_per_gpu
 
     torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
     try:
         with setup.device_lock.unwatched_holds():  # the lock is held while it compiles, too
             return run_checks(source, seed, cfg, setup.device_lock, exclusive=True)
     finally:
-        torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, _sharers(cfg)))
+        torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, workers_per_gpu(cfg)))
 
 
 if __name__ == "__main__":

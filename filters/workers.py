@@ -106,6 +106,8 @@ def _message(payload: bytes) -> dict:
     message = json.loads(payload)
     if not isinstance(message, dict) or message.get("kind") not in ("ready", "done"):
         raise ValueError("not a worker message")
+    if message["kind"] == "ready" and not isinstance(message.get("containment"), dict):
+        raise ValueError("not a ready message")
     if message["kind"] == "done":
         verdict = message.get("verdict")
         if not isinstance(verdict, dict) or set(verdict) != {"reason", "detail", "measurements"}:
@@ -312,7 +314,7 @@ class WorkerPool:
                 return self._lost(slot, w, "the worker sent an unreadable message")
             if message["kind"] == "ready":
                 w.ready = True
-                self.containment = self.containment or message.get("containment", {})
+                self.containment = self.containment or {**message["containment"], "pids_cgroup": w.cgroup is not None}
             elif w.job is not None:
                 done, w.job = (w.job, message["verdict"]), None
                 if message.get("retire"):

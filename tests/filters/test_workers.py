@@ -42,5 +42,6 @@ def test_workers_retire_after_many_tasks(monkeypatch):
 def test_the_pool_knows_what_its_workers_enforce():
     with WorkerPool(CPU) as pool:
         pool.wait_ready()
-        limits = pool.containment["limits"]
-    assert {"open files", "file size", "address space"} <= set(limits)
+        containment = pool.containment
+    assert {"open files", "file size", "address space"} <= set(containment["limits"])
+    assert isinstance(containment["pids_cgroup"], bool) and isinstance(containment["namespaces"], list)
