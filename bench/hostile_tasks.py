@@ -74,6 +74,7 @@ HOSTILE = {
     "leaves_processes": (LEAVES_PROCESSES, "tampering"),
     "fork_bomb": (FORK_BOMB, "not keep"),
     "memory_hog": (task("hog = [torch.empty(1 << 28) for _ in range(1024)]\nreturn x"), "out_of_memory"),
+    "nested_too_deep": (task("return x" + " + 1" * 1500), "load_error"),  # compiles; too deep to compare
 }
 SECRET_FILE = "opsynth-secret-probe.txt"  # where secrets_probe also leaves what it found (a relative path)
 

@@ -23,7 +23,7 @@ from datasketch import MinHash
 
 from filters.ast_similarity import Profile, SkeletonTable, best_match, profile
 from filters.normalize import canonical_tree, code_tokens
-from filters.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE, Verdict
+from filters.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE, LOAD_ERROR, Verdict
 from filters.task_loading import model_class_node
 from pipeline.config import (
     AST_SIMILARITY_THRESHOLD,
@@ -37,6 +37,7 @@ EMBEDDED_INDEX = "kernelbench_index.json.gz"
 INDEX_FORMAT = 2
 HUB_DATASET = "ScalingIntelligence/KernelBench"
 LEVELS = (1, 2, 3)
+TOO_DEEP = "nested too deeply to be compared with KernelBench"
 
 
 class ReferenceError_(ValueError):
@@ -213,7 +214,10 @@ def decontaminate(
     ast_threshold: float = AST_SIMILARITY_THRESHOLD,
     jaccard_threshold: float = KERNELBENCH_JACCARD_THRESHOLD,
 ) -> Verdict:
-    s = similarity(source, index)
+    try:
+        s = similarity(source, index)
+    except RecursionError:  # compared as a tree: a program nested past Python's recursion limit cannot be
+        return Verdict(LOAD_ERROR, TOO_DEEP)
     why = near_duplicate_reason(s, ast_threshold, jaccard_threshold)
     if why:
         return Verdict(KERNELBENCH_NEAR_DUPLICATE, why, s.measurements())

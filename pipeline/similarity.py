@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from filters.decontamination import KernelBenchIndex, near_duplicate_reason, similarity
+from filters.decontamination import TOO_DEEP, KernelBenchIndex, near_duplicate_reason, similarity
 from pipeline.validate import read_tasks
 
 
@@ -16,13 +16,16 @@ def similarity_report(
     key = "row" if input_path.endswith(".parquet") else "task"
     lines = []
     for name, source in tasks:
-        s = similarity(source, index)
+        label = {key: int(name) if key == "row" and name.isdigit() else name}
+        try:
+            s = similarity(source, index)
+        except RecursionError:
+            lines.append({**label, "error": TOO_DEEP})
+            continue
         flagged = near_duplicate_reason(s, similarity_threshold, jaccard_threshold) is not None
-        lines.append(
-            {key: int(name) if key == "row" else name, **s.measurements(), "kernelbench_near_duplicate": flagged}
-        )
-    scores = [line["kb_ast_similarity"] for line in lines]
-    flagged = sum(line["kernelbench_near_duplicate"] for line in lines)
+        lines.append({**label, **s.measurements(), "kernelbench_near_duplicate": flagged})
+    scores = [line["kb_ast_similarity"] for line in lines if "error" not in line] or [0.0]
+    flagged = sum(line.get("kernelbench_near_duplicate", False) for line in lines)
     summary = (
         f"{len(lines)} tasks: kb_ast_similarity median {statistics.median(scores):.4f}, max {max(scores):.4f}; "
         f"{flagged} KernelBench near-duplicates"

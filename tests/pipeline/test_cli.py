@@ -209,3 +209,14 @@ def test_validate_names_a_row_without_code_and_refuses_a_code_column_that_is_not
     pq.write_table(pa.table({"code": [1, 2]}), numbers)
     code, _, stderr = _run(capsys, ["validate", str(numbers), "--device", "cpu"])
     assert code == 2 and "`code` column holds int64, not text" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+def test_similarity_reports_a_task_nested_too_deeply_to_compare_and_goes_on(tmp_path, capsys):
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "a_deep.py").write_text(fixtures.HOSTILE["nested_too_deep"][0])
+    (tasks / "b_good.py").write_text(fixtures.GOOD)
+    code, stdout, _ = _run(capsys, ["similarity", str(tasks)])
+    deep, good = (json.loads(line) for line in stdout.splitlines())
+    assert code == 0 and deep == {"task": "a_deep.py", "error": "nested too deeply to be compared with KernelBench"}
+    assert good["task"] == "b_good.py" and 0 <= good["kb_ast_similarity"] <= 1
