@@ -16,7 +16,7 @@ from apache_beam.utils.shared import Shared
 from filters.execution import ExecutionConfig
 from pipeline.config import WORKLOADS
 from pipeline.options import GenerateOptions
-from pipeline.records import Candidate, CandidateSpec
+from pipeline.records import Candidate, CandidateSpec, sealed, unsealed
 from pipeline.stages import (
     KEPT,
     REJECTED,
@@ -29,7 +29,8 @@ from pipeline.stages import (
 
 
 class WriteRecords(beam.PTransform):
-    """Records (anything with `to_json`) -> JSON-lines files `PREFIX-SSSSS-of-NNNNN.jsonl` via Beam's sinks."""
+    """Records (anything with `to_json`) -> JSON-lines files `PREFIX-SSSSS-of-NNNNN.jsonl` via Beam's sinks, each
+    line sealed with its hash (records.sealed)."""
 
     def __init__(self, prefix: str):
         super().__init__()
@@ -38,7 +39,7 @@ class WriteRecords(beam.PTransform):
     def expand(self, records):
         return (
             records
-            | "ToJson" >> beam.Map(lambda r: json.dumps(r.to_json(), sort_keys=True))
+            | "ToJson" >> beam.Map(lambda r: json.dumps(sealed(r.to_json()), sort_keys=True))
             | "Write" >> beam.io.WriteToText(self.prefix, file_name_suffix=".jsonl")
         )
 
@@ -92,7 +93,7 @@ def build_execute(
         p
         | "PreparedFiles" >> beam.Create(prepared_files)
         | "ReadPrepared" >> beam.io.ReadAllFromText()
-        | "ParsePrepared" >> beam.Map(lambda line: Candidate.from_json(json.loads(line)))
+        | "ParsePrepared" >> beam.Map(lambda line: Candidate.from_json(unsealed(json.loads(line))))
     )
     executed = candidates | "ExecuteCandidates" >> ExecuteCandidates(
         execution, options.batch_size, WORKLOADS[options.workload], progress_dir, options.op_weights, pool

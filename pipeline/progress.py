@@ -6,7 +6,6 @@ or edited afterwards is run again rather than trusted.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import Callable
@@ -16,10 +15,9 @@ from apache_beam.io.filesystems import FileSystems
 from filters.execution import verdict_from_wire, verdict_to_wire
 from filters.reasons import Verdict
 from pipeline import workfiles
-from pipeline.records import Candidate
+from pipeline.records import Candidate, sealed, unsealed
 
 Result = tuple[Candidate, Verdict, int]  # the final (possibly calibrated) candidate, its verdict, calibration steps
-DIGEST = "sha256"  # of the rest of a checkpoint record: a record that does not match it is damaged
 
 
 def progress_key(candidate: Candidate) -> str:
@@ -27,17 +25,10 @@ def progress_key(candidate: Candidate) -> str:
     return f"{candidate.data_source}/{candidate.index}/{candidate.dedup_key}"
 
 
-def _digest(record: dict) -> str:
-    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
-
-
 def _parse(line: str) -> tuple[str, Result] | None:
     """A checkpoint line's key and result; None where it is cut short, garbled or edited (its hash disagrees)."""
     try:
-        record = json.loads(line)
-        digest = record.pop(DIGEST)
-        if digest != _digest(record):
-            return None
+        record = unsealed(json.loads(line))
         final = Candidate.from_json(record["candidate"])
         if not record["key"].startswith(f"{final.data_source}/{final.index}/"):
             return None
@@ -88,7 +79,7 @@ class ExecutionProgress:
             {"key": progress_key(c), "candidate": final.to_json(), "verdict": verdict_to_wire(v), "steps": steps}
             for c, (final, v, steps) in zip(entered, results, strict=True)
         ]
-        lines = [json.dumps({**r, DIGEST: _digest(r)}) for r in records]
+        lines = [json.dumps(sealed(r)) for r in records]
         workfiles.write_text(FileSystems.join(self.folder, f"batch-{uuid.uuid4().hex}.jsonl"), "\n".join(lines) + "\n")
         for c, result in zip(entered, results, strict=True):
             self.done[progress_key(c)] = result

@@ -1,13 +1,41 @@
 """The elements that flow through the Beam graph: candidate seeds, candidates, and rejections.
 
-They are frozen and picklable; a stage never mutates its input, it returns an updated copy.
+They are frozen and picklable; a stage never mutates its input, it returns an updated copy. Written to the run's
+work files, each record is sealed with a hash of itself, so one damaged or edited afterwards is found on reading
+and its work redone, never trusted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+DIGEST = "sha256"  # the key of a written record's hash of the rest of it
+
+
+class DamagedRecord(ValueError):
+    """A work-file record that does not match its hash: cut short, garbled or edited."""
+
+
+def _digest(record: dict) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def sealed(record: dict) -> dict:
+    """A record's JSON form with its hash, as work files hold it."""
+    return {**record, DIGEST: _digest(record)}
+
+
+def unsealed(record: dict) -> dict:
+    """A record read back, without its hash; raises DamagedRecord where the hash does not match."""
+    if not isinstance(record, dict):
+        raise DamagedRecord("not a record")
+    rest = {k: v for k, v in record.items() if k != DIGEST}
+    if record.get(DIGEST) != _digest(rest):
+        raise DamagedRecord("its hash does not match")
+    return rest
 
 
 def candidate_seed(run_seed: int, data_source: str, index: int) -> int:

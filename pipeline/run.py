@@ -65,7 +65,7 @@ from pipeline.graph import (
 )
 from pipeline.options import GenerateOptions, quotas
 from pipeline.progress import ExecutionProgress
-from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
+from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed, unsealed
 from pipeline.run_folder import FolderLock, check_config, state_dir
 from pipeline.selection import Selector
 from pipeline.sessions import SessionClock, read_sessions
@@ -185,7 +185,7 @@ def _round_results(
         _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log)
     records = _round_records(round_dir, len(specs))
     if records is None:
-        log(f"round {r}: its records do not account for its {len(specs)} candidates; running it again")
+        log(f"round {r}: its records are damaged or miss some of its {len(specs)} candidates; running it again")
         for marker in (DONE_MARKER, PREPARED_MARKER):
             workfiles.delete(workfiles.join(round_dir, marker))
         _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log)
@@ -195,14 +195,24 @@ def _round_results(
     return (*records, resumed)
 
 
+def _intact(pattern: str) -> bool:
+    """Whether every record of the files matching `pattern` reads back as it was written."""
+    try:
+        for d in workfiles.read_jsonl_glob(pattern):
+            unsealed(d)
+    except (OSError, ValueError):  # DamagedRecord, JSON and UTF-8 errors are ValueErrors
+        return False
+    return True
+
+
 def _round_records(round_dir: str, candidates: int) -> tuple[list[Candidate], list[Rejection]] | None:
     """A finished round's accepted candidates and rejections; None unless they are readable and account for its
     `candidates` exactly once each."""
     try:
         records = workfiles.read_jsonl_glob
-        accepted = [Candidate.from_json(d) for d in records(workfiles.join(round_dir, f"{ACCEPTED}-*.jsonl"))]
+        accepted = [Candidate.from_json(unsealed(d)) for d in records(workfiles.join(round_dir, f"{ACCEPTED}-*.jsonl"))]
         rejected = [
-            Rejection.from_json(d)
+            Rejection.from_json(unsealed(d))
             for prefix in (PREPARE_REJECTED, EXECUTE_REJECTED)
             for d in records(workfiles.join(round_dir, f"{prefix}-*.jsonl"))
         ]
@@ -272,6 +282,10 @@ def _run_round(
             ),
         )
 
+    prepared = workfiles.join(round_dir, f"{PREPARED}-*.jsonl")
+    if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)) and not _intact(prepared):
+        log(f"{round_dir}: the output of its CPU stages is damaged; running them again")
+        workfiles.delete(workfiles.join(round_dir, PREPARED_MARKER))
     if not workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
         several = _prepare_args(beam_args, len(specs))
         try:
@@ -287,7 +301,7 @@ def _run_round(
         workfiles.write_text(workfiles.join(round_dir, PREPARED_MARKER), "")
     for leftover in (f"{ACCEPTED}-*", f"{EXECUTE_REJECTED}-*", "beam-temp-*"):
         workfiles.delete_matching(workfiles.join(round_dir, leftover))
-    prepared_files = workfiles.match(workfiles.join(round_dir, f"{PREPARED}-*.jsonl"))
+    prepared_files = workfiles.match(prepared)
     progress = workfiles.join(work_root, PROGRESS_DIR)
     workfiles.mkdirs(progress)
     work = workfiles.read_json(workfiles.join(round_dir, PREPARE_WORK_FILE), {})

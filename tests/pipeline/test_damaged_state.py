@@ -58,7 +58,7 @@ def test_a_round_whose_records_miss_candidates_runs_again(reference, tmp_path, c
     capsys.readouterr()
 
     assert _generate(out) == 0
-    assert "round 0: its records do not account for its" in capsys.readouterr().out
+    assert "round 0: its records are damaged or miss some of its" in capsys.readouterr().out
     assert dataset_rows(out) == dataset_rows(reference)
 
 
@@ -90,3 +90,28 @@ def test_a_damaged_stats_file_is_written_again(reference, tmp_path):
     assert _generate(out) == 0
     assert json.loads((out / "stats.json").read_text())["counts"]["rows"] == 12
     assert dataset_rows(out) == dataset_rows(reference)
+
+
+def test_damaged_outputs_of_a_rounds_stages_are_redone(reference, tmp_path, capsys):
+    """The CPU stages' output of an interrupted round cut mid-line, and an accepted record of a finished round
+    edited to stay valid JSON: the first stages run again, the second round runs again."""
+    cut = unfinished_copy(reference, tmp_path / "cut")
+    (prepared,) = (cut / ".opsynth" / "round-00000").glob("prepared-*.jsonl")
+    prepared.write_text(prepared.read_text()[:1000])
+    capsys.readouterr()
+    assert _generate(cut) == 0
+    assert "the output of its CPU stages is damaged; running them again" in capsys.readouterr().out
+    assert dataset_rows(cut) == dataset_rows(reference)
+
+    edited = tmp_path / "edited"
+    shutil.copytree(reference, edited)
+    (edited / "stats.json").unlink()
+    (accepted,) = (edited / ".opsynth" / "round-00000").glob("accepted-*.jsonl")
+    lines = accepted.read_text().splitlines()
+    record = json.loads(lines[0])
+    record["code"] = "# never executed\n" + record["code"]
+    accepted.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    capsys.readouterr()
+    assert _generate(edited) == 0
+    assert "round 0: its records are damaged or miss some of its" in capsys.readouterr().out
+    assert dataset_rows(edited) == dataset_rows(reference)
