@@ -93,12 +93,13 @@ def main(fd: int) -> None:
             status = 1
         os._exit(status)
     conn.close()
-    sys.exit(_wait_for(child, pool))
+    sys.exit(_wait_for(child, pool, os.getcwd()))
 
 
-def _wait_for(child: int, pool: int) -> int:
-    """Wait for the child that runs tasks and end as it ended: by the same signal, or with its exit status. Kill
-    it if the pool goes away."""
+def _wait_for(child: int, pool: int, scratch: str) -> int:
+    """Wait for the child that runs tasks and end as it ended: by the same signal, or with its exit status. If the
+    pool goes away (killed outright), kill the child and remove what the pool would have: this worker's scratch
+    folder, and the pool's folder once no worker's is left in it."""
     while True:
         pid, status = os.waitpid(child, os.WNOHANG)
         if pid:
@@ -110,8 +111,23 @@ def _wait_for(child: int, pool: int) -> int:
             return os.WEXITSTATUS(status)
         if os.getppid() != pool:
             os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            _remove_folders(scratch)
             return 1
         time.sleep(PARENT_POLL_S)
+
+
+def _remove_folders(scratch: str) -> None:
+    shutil.rmtree(scratch, ignore_errors=True)
+    root = os.path.dirname(scratch)
+    try:
+        if any(entry.is_dir() for entry in os.scandir(root)):
+            return  # another worker's folder: the last worker to go removes the pool's
+        for entry in os.scandir(root):
+            os.unlink(entry.path)  # the GPU locks' files
+        os.rmdir(root)
+    except OSError:
+        pass  # another worker removed it first
 
 
 def _resident_bytes() -> int:

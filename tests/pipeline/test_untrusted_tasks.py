@@ -77,6 +77,7 @@ def test_workers_die_with_a_killed_run(tmp_path):
     while time.monotonic() < deadline and running_under(tmp_path / "tmp"):
         time.sleep(0.2)
     assert not running_under(tmp_path / "tmp"), "workers outlived the run"
+    assert not list((tmp_path / "tmp").glob("opsynth-workers-*")), "the workers' folders outlived the run"
 
 
 def _state(pid: int) -> str:
