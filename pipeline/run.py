@@ -69,7 +69,7 @@ from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
 from pipeline.run_folder import FolderLock, check_config, state_dir
 from pipeline.selection import Selector
 from pipeline.sessions import SessionClock, read_sessions
-from pipeline.stages import release_pool, stage_work_seconds
+from pipeline.stages import stage_work_seconds
 
 DONE_MARKER = "_SUCCESS"
 PREPARED_MARKER = "_PREPARED"  # the round's CPU stages are done; a resume starts at its execution
@@ -378,10 +378,14 @@ def _generate(
     started = time.monotonic()
     # The rounds' stages share their workers (in each process that runs them).
     pools, shapes = Pools(Shared(), Shared()), shape_check_config(execution)
+    held: list[WorkerPool] = []
     if runs_in_this_process(beam_args):
         # Start the workers now: they import torch and set up the device while round 0 composes its candidates.
-        pools.execution.acquire(lambda: WorkerPool(execution), tag=execution)
-        pools.shapes.acquire(lambda: WorkerPool(shapes), tag=shapes)
+        # Held here for the whole run: Beam's Shared keeps only the last object acquired in a process alive.
+        held = [
+            pools.execution.acquire(lambda: WorkerPool(execution), tag=execution),
+            pools.shapes.acquire(lambda: WorkerPool(shapes), tag=shapes),
+        ]
     last_round: dict[str, tuple[int, int]] = {}
     exhausted: dict[str, dict] = {}  # data source -> when it was retired and where its missing rows went
     idle = 0
@@ -448,8 +452,8 @@ def _generate(
                 )
             del new_accepted, new_rejected, chosen, skipped, rejections
     finally:
-        release_pool(pools.execution, execution)
-        release_pool(pools.shapes, shapes)
+        for pool in held:
+            pool.close()
     short = selector.missing()
     if short:
         reasons = ", ".join(f"{reason} {n}" for (_, reason), n in dropped.most_common(3))

@@ -389,14 +389,6 @@ class _ExecuteBatchFn(beam.DoFn):
         self.pool = None  # shared: closed when its last holder lets go
 
 
-def release_pool(pool: Shared, config: ExecutionConfig) -> None:
-    """Close the worker pool this process holds under `pool` (the local runner's in-process mode), if any. A
-    handle is one run's: once released it is not used again."""
-    held = pool.acquire(lambda: None, tag=config)
-    if held is not None:
-        held.close()
-
-
 class ExecuteCandidates(beam.PTransform):
     """Run every candidate in isolated worker processes on the device, calibrating the sizes of those outside
     the runtime window; batches keep all workers busy, and each finished batch is checkpointed under

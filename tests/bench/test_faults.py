@@ -1,12 +1,12 @@
-"""The fault suite, bounded (the whole of it is `opsynth bench faults`): a tiny run killed with SIGKILL at seeded
-random moments, starved of disk, or with a state file damaged at random, resumes to the uninterrupted dataset and
-leaves no process behind."""
+"""The fault suite, bounded (the whole of it is `opsynth bench faults`, kills at random moments included; a kill is
+tested in tests/pipeline/test_resume.py): a tiny run starved of disk, or with a state file damaged at random,
+resumes to the uninterrupted dataset and leaves no process behind."""
 
 from pathlib import Path
 
 import pytest
 
-from bench.faults import can_mount_tmpfs, disk_trials, kill_trials, state_trials
+from bench.faults import can_mount_tmpfs, disk_trials, state_trials
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="the leftover-process checks read /proc (Linux)")
 
@@ -14,12 +14,6 @@ pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="the leftover
 def _all_hold(trials: list[dict]) -> None:
     for trial in trials:
         assert trial["identical"] and trial.get("leftover_processes", 0) == 0, trial
-
-
-def test_a_kill_at_a_random_moment_resumes_to_the_uninterrupted_dataset(tiny_reference, tmp_path):
-    reference, wall_s = tiny_reference
-    trials = kill_trials(1, seed=1, root=tmp_path, reference=reference, wall_s=wall_s)
-    _all_hold(trials)
 
 
 def test_a_state_file_damaged_at_random_resumes_to_the_uninterrupted_dataset(tiny_reference, tmp_path):

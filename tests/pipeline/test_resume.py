@@ -10,6 +10,7 @@ import time
 
 from datasets import load_dataset
 
+from bench.faults import environment, running_under
 from pipeline.cli import main
 
 # A window no task can leave, so that timing noise cannot make the two runs differ.
@@ -23,7 +24,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
 
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "generate", "--out", str(killed), *ARGS],
-        start_new_session=True,  # its execution workers share its process group, and die with it
+        env=environment(tmp_path / "tmp"),  # its workers make their folders there
+        start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -33,9 +35,13 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
         if progress.exists() and len(list(progress.glob("batch-*.jsonl"))) >= 3:
             break
         time.sleep(0.02)
-    os.killpg(process.pid, signal.SIGKILL)
+    os.killpg(process.pid, signal.SIGKILL)  # the run's own process group: its workers are sessions of their own
     process.wait()
     assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    deadline = time.monotonic() + 60
+    while running_under(tmp_path / "tmp") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not running_under(tmp_path / "tmp"), "workers outlived the killed run"
     assert not (killed / "stats.json").exists()
     checkpoints = len(list(progress.glob("batch-*.jsonl")))
     # Killed during the execution of round 0: its CPU stages are done and are not redone.

@@ -16,7 +16,6 @@ from pipeline.stages import (
     ComposeCandidates,
     DedupWithinSet,
     ExecuteCandidates,
-    release_pool,
 )
 from tests import fixtures
 
@@ -80,8 +79,7 @@ def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_
 
 
 def test_pipelines_given_one_pool_handle_start_execution_workers_once(monkeypatch, tmp_path):
-    """A run's rounds are separate pipelines: with one handle their execution stages share a worker pool, and
-    the run closes it at its end."""
+    """A run's rounds are separate pipelines: with one handle their execution stages share a worker pool."""
     import pipeline.stages
     from filters.workers import WorkerPool
 
@@ -105,7 +103,7 @@ def test_pipelines_given_one_pool_handle_start_execution_workers_once(monkeypatc
             )
             assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([index]))
     assert len(made) == 1 and made[0]._finalizer.alive
-    release_pool(handle, cfg)
+    made[0].close()
     assert not made[0]._finalizer.alive and not any(w.alive() for w in made[0]._workers)
 
 

@@ -2,7 +2,6 @@
 hostile task costing only its own verdict, every honest task validated after them keeping its own, no secret
 reaching task code, and nothing a task started left running."""
 
-import json
 import os
 import signal
 import subprocess
@@ -12,22 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.faults import environment, hostile_validate, opsynth, running_under, verdicts_hold
+from bench.faults import environment, hostile_validate, running_under, verdicts_hold
 from tests import fixtures
-
-HONEST = fixtures.HONEST
-
-
-def _validate(folder: Path, report: Path, cwd: Path) -> subprocess.CompletedProcess:
-    argv = ["validate", str(folder), "--device", "cpu", "--workers", "2", "--timeout-s", "8", "--no-compile-check",
-            "--runtime-window-ms", "0,1000", "--report", str(report)]  # fmt: skip
-    return opsynth(argv, cwd / "tmp", cwd=cwd)
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="the process checks read /proc (Linux)")
 def test_hostile_tasks_cost_only_their_own_verdicts(tmp_path):
-    # Hostile first, honest last: a worker a hostile task changed must never judge an honest one.
-    result = hostile_validate(tmp_path)
+    """Hostile first, checker-patching ones among them, honest last: each honest task keeps the verdict it gets
+    alone (tests/filters/test_execution.py), since a worker a task changed never judges another."""
+    result = hostile_validate(tmp_path, timeout_s=5.0)
     assert result["exit"] == 0
     assert [v is not None for v in result["verdicts"]] == [True] * len(result["tasks"]), "the report is complete"
     assert verdicts_hold(result), list(zip(result["tasks"], result["verdicts"], strict=True))
@@ -35,26 +27,6 @@ def test_hostile_tasks_cost_only_their_own_verdicts(tmp_path):
         assert f"{name}: {verdict}" in result["stdout"]
     assert not result["secret_reached_task"] and not result["files_left_in_working_folder"]
     assert result["leftover_processes"] == 0, "a worker, or a process a task started, outlived the run"
-
-
-def test_a_checker_patching_task_changes_no_honest_verdict(tmp_path):
-    """The honest tasks alone, then behind tasks that patch what the checker calls: the same verdicts."""
-    alone, behind = tmp_path / "alone", tmp_path / "behind"
-    alone.mkdir()
-    behind.mkdir()
-    patchers = {n: fixtures.HOSTILE[n][0] for n in ("patches_allclose", "patches_module_call", "sets_default_dtype")}
-    for i, (name, source) in enumerate({**patchers, **{n: s for n, (s, _) in HONEST.items()}}.items()):
-        (behind / f"{i:02d}_{name}.py").write_text(source)
-        if name in HONEST:
-            (alone / f"{i:02d}_{name}.py").write_text(source)
-    verdicts = {}
-    for folder in (alone, behind):
-        report = tmp_path / f"{folder.name}.jsonl"
-        assert _validate(folder, report, cwd=tmp_path).returncode == 0
-        lines = [json.loads(line) for line in report.read_text().splitlines()]
-        verdicts[folder.name] = {d["task"][3:-3]: d["verdict"] for d in lines}
-    assert {n: verdicts["behind"][n] for n in HONEST} == verdicts["alone"] == {n: v for n, (_, v) in HONEST.items()}
-    assert all(verdicts["behind"][n] == "tampering" for n in patchers)
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="the process checks read /proc (Linux)")
