@@ -55,3 +55,22 @@ def tiny_reference(tmp_path_factory) -> tuple[Path, float]:
     from bench.faults import reference_run
 
     return reference_run(tmp_path_factory.mktemp("tiny-reference"))
+
+
+@pytest.fixture()
+def pools_made(monkeypatch) -> list:
+    """The worker pools that the run driver and the stages make while a test runs, in the order made."""
+    import pipeline.run
+    import pipeline.stages
+    from filters.workers import WorkerPool
+
+    made: list[WorkerPool] = []
+
+    class CountedPool(WorkerPool):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            made.append(self)
+
+    for module in (pipeline.run, pipeline.stages):
+        monkeypatch.setattr(module, "WorkerPool", CountedPool)
+    return made

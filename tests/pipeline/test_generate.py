@@ -210,22 +210,10 @@ def test_workers_start_early_only_where_the_pipelines_run_in_this_process():
     assert not runs_in_this_process(["--runner", "DataflowRunner"])
 
 
-def test_a_run_in_this_process_starts_its_two_pools_once(monkeypatch, tmp_path):
+def test_a_run_in_this_process_starts_its_two_pools_once(pools_made, tmp_path):
     """The execution's workers and the shape check's, each started once for all the rounds' pipelines (Beam's
     Shared alone would keep only the last one acquired alive, and the other would start again each pipeline)."""
-    import pipeline.run
-    import pipeline.stages
-    from filters.workers import WorkerPool
-
-    made: list[WorkerPool] = []
-
-    class CountedPool(WorkerPool):
-        def __init__(self, cfg):
-            super().__init__(cfg)
-            made.append(self)
-
-    monkeypatch.setattr(pipeline.run, "WorkerPool", CountedPool)
-    monkeypatch.setattr(pipeline.stages, "WorkerPool", CountedPool)
+    made = pools_made
     argv = ["generate", "--out", str(tmp_path / "o"), "--num-samples", "6", "--seed", "4", *TINY, "--no-compile-check",
             "--runtime-window-ms", "0,10000"]  # fmt: skip
     assert main(argv) == 0

@@ -78,19 +78,9 @@ def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_
                         equal_to([("duplicate", "dedup")] * (3 - len(kept))), label="rejected")  # fmt: skip
 
 
-def test_pipelines_given_one_pool_handle_start_execution_workers_once(monkeypatch, tmp_path):
+def test_pipelines_given_one_pool_handle_start_execution_workers_once(pools_made, tmp_path):
     """A run's rounds are separate pipelines: with one handle their execution stages share a worker pool."""
-    import pipeline.stages
-    from filters.workers import WorkerPool
-
-    made: list[WorkerPool] = []
-
-    class CountedPool(WorkerPool):
-        def __init__(self, cfg):
-            super().__init__(cfg)
-            made.append(self)
-
-    monkeypatch.setattr(pipeline.stages, "WorkerPool", CountedPool)
+    made = pools_made
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False,
                           warmup=0, iters=1, workers=1)  # fmt: skip
     handle = Shared()
