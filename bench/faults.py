@@ -46,7 +46,7 @@ def environment(tmp: Path) -> dict:
     return {**os.environ, "TMPDIR": str(tmp), "HF_TOKEN": SECRET, "AWS_SECRET_ACCESS_KEY": SECRET}
 
 
-def opsynth(argv: list[str], tmp: Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def _opsynth(argv: list[str], tmp: Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`opsynth ARGV` in a process of its own, in `environment(tmp)`."""
     return subprocess.run([sys.executable, "-m", "pipeline", *argv], env=environment(tmp), cwd=cwd,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
@@ -90,14 +90,14 @@ def reference_run(root: Path) -> tuple[Path, float]:
     """The uninterrupted run every trial must end with, and its wall time."""
     out = root / "reference"
     started = time.monotonic()
-    done = opsynth(["generate", "--out", str(out), *RUN_ARGS], root / "tmp-reference")
+    done = _opsynth(["generate", "--out", str(out), *RUN_ARGS], root / "tmp-reference")
     if done.returncode != 0:
         raise RuntimeError(f"the reference run failed: {done.stderr.strip()[-500:]}")
     return out, time.monotonic() - started
 
 
 def _resumed(out: Path, tmp: Path, reference: Path) -> dict:
-    done = opsynth(["generate", "--out", str(out), *RUN_ARGS], tmp)
+    done = _opsynth(["generate", "--out", str(out), *RUN_ARGS], tmp)
     return {
         "resume_exit": done.returncode,
         "identical": done.returncode == 0 and dataset_rows(out) == dataset_rows(reference),
@@ -198,7 +198,7 @@ def hostile_validate(root: Path, timeout_s: float = 8.0, device: str = "cpu") ->
     report = root / "hostile.jsonl"
     argv = ["validate", str(tasks), "--device", device, "--workers", "2", "--timeout-s", f"{timeout_s:g}",
             "--no-compile-check", "--runtime-window-ms", "0,1000", "--report", str(report)]  # fmt: skip
-    done = opsynth(argv, tmp, cwd=root)
+    done = _opsynth(argv, tmp, cwd=root)
     lines = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
     verdicts = {line["task"]: line["verdict"] for line in lines}
     return {

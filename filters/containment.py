@@ -62,7 +62,7 @@ class Limits:
     file_size_bytes: int = 1 << 30  # a task writing more gets an error, not a full disk
     processes: int = 256  # processes and threads (the pids cgroup's limit; RLIMIT_NPROC above the user's count)
     address_space_bytes: int | None = None  # CPU workers; on CUDA the driver reserves far more than it uses
-    data_bytes: int | None = None  # CUDA workers: their private writable memory (RLIMIT_DATA), which CUDA keeps to
+    data_bytes: int | None = None  # CUDA workers: private writable memory (RLIMIT_DATA), not CUDA's reservations
 
 
 def host_memory_share(workers: int, floor: int = 4 << 30) -> int:

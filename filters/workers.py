@@ -150,7 +150,6 @@ class _Worker:
         self.conn.send(cage)
         self.conn.send(WorkerSetup(watch_path=watch_path, scratch=self.scratch, **setup))
         self.ready = False
-        self.containment: dict = {}
         self.job: int | None = None  # the index of the job in hand
         self.started = time.monotonic()  # when the job in hand was handed over
         self.deadline = self.started + STARTUP_TIMEOUT_S  # to start
@@ -196,9 +195,10 @@ class WorkerPool:
 
     def __init__(self, cfg: ExecutionConfig, limits: Limits | None = None):
         self.cfg = cfg
-        if limits is None:  # host memory: CUDA reserves far more address space than it maps, so its data instead
-            share = host_memory_share(cfg.workers, floor=CUDA_WORKER_MEMORY_FLOOR if cfg.device == "cuda" else 4 << 30)
-            limits = Limits(data_bytes=share) if cfg.device == "cuda" else Limits(address_space_bytes=share)
+        if limits is None and cfg.device == "cuda":  # CUDA reserves far more address space than it maps
+            limits = Limits(data_bytes=host_memory_share(cfg.workers, floor=CUDA_WORKER_MEMORY_FLOOR))
+        elif limits is None:
+            limits = Limits(address_space_bytes=host_memory_share(cfg.workers))
         self.limits = limits
         self._gpus = self._gpu_indices()
         self._root = tempfile.mkdtemp(prefix="opsynth-workers-")

@@ -50,10 +50,3 @@ def test_workers_die_with_a_killed_run(tmp_path):
         time.sleep(0.2)
     assert not running_under(tmp_path / "tmp"), "workers outlived the run"
     assert not list((tmp_path / "tmp").glob("opsynth-workers-*")), "the workers' folders outlived the run"
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "gone"
