@@ -168,7 +168,7 @@ class _ShapeCheckFn(beam.DoFn):
 
 class CheckShapes(beam.PTransform):
     """Build and run every candidate on the meta device before any real execution, in contained worker processes
-    (`config`'s; those of the execution stage where the run's pipelines share the `pool` handle)."""
+    of `config` (one pool per process, shared by the pipelines given the same `pool` handle)."""
 
     def __init__(self, config: ExecutionConfig, pool: Shared | None = None, batch_size: int = SHAPE_BATCH):
         super().__init__()
