@@ -14,13 +14,13 @@ import contextlib
 import os
 import platform
 import statistics
-import threading
 import time
 
 from filters.ast_similarity import best_match, brute_force, profile
 from filters.calibration import run_calibrated
 from filters.decontamination import fingerprint, load_reference, similarity
 from filters.execution import PHASES, device_name
+from filters.gpu_busy import GpuBusyMonitor
 from filters.shape_check import check_shapes
 from filters.workers import Job, WorkerPool
 from operator_catalog.codegen import render
@@ -108,34 +108,6 @@ def bench_decontam(n: int, workload: str, brute_force_sample: int = 50) -> dict:
     }
 
 
-class _GpuBusySampler:
-    """Samples NVML's utilization (share of the last sample period a kernel ran) in the background."""
-
-    def __init__(self, period_s: float = 0.05):
-        import torch
-
-        self.period_s = period_s
-        self.devices = list(range(torch.cuda.device_count()))
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        import torch
-
-        while not self._stop.is_set():
-            self.samples.append(statistics.mean(torch.cuda.utilization(d) for d in self.devices) / 100.0)
-            time.sleep(self.period_s)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def _mean_phases(verdicts: list) -> dict[str, float]:
     if not verdicts:
         return {}
@@ -144,7 +116,7 @@ def _mean_phases(verdicts: list) -> dict[str, float]:
 
 
 def bench_execute(
-    n: int, workload: str, device: str, workers: int, compile_check: bool, shared_checks: bool = False
+    n: int, workload: str, device: str, workers: int, compile_check: bool, shared_checks: bool = True
 ) -> dict:
     wl = WORKLOADS[workload]
     candidates = [
@@ -159,9 +131,9 @@ def bench_execute(
     with WorkerPool(cfg) as pool:
         pool.run([job_of(c) for c in candidates[:workers]])  # start-up and first-use costs, kept out of the rate
         startup_s = time.perf_counter() - t0
-        sampler = _GpuBusySampler() if device == "cuda" else contextlib.nullcontext()
-        start = time.perf_counter()
-        with sampler:
+        monitor = GpuBusyMonitor(period_s=0.05) if device == "cuda" else contextlib.nullcontext()
+        start, started = time.perf_counter(), time.monotonic()
+        with monitor:
             results = run_calibrated(
                 pool,
                 candidates,
@@ -173,7 +145,8 @@ def bench_execute(
                 CALIBRATION_TARGET,
             )
         wall = time.perf_counter() - start
-    busy = statistics.mean(sampler.samples) if device == "cuda" and sampler.samples else None
+    per_gpu = monitor.busy(started, time.monotonic()) if device == "cuda" else None
+    busy = statistics.mean(per_gpu) if per_gpu else None
     reasons: dict[str, int] = {}
     for _, v, _ in results:
         reasons[v.reason] = reasons.get(v.reason, 0) + 1
@@ -212,7 +185,7 @@ def bench_execute(
 
 
 def run_bench(
-    what: str, n: int, workload: str, device: str, workers: int, compile_check: bool, shared_checks: bool = False
+    what: str, n: int, workload: str, device: str, workers: int, compile_check: bool, shared_checks: bool = True
 ) -> dict:
     if what == "cpu":
         result = bench_cpu(n, workload)

@@ -16,6 +16,7 @@ from filters.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW, Verdict
 from filters.workers import Job, WorkerPool
 
 T = TypeVar("T")
+REACH_MARGIN = 0.5  # a rescaled task predicted below half the window's low end (or above twice its high) is decided
 
 
 def rescale_factor(eager_ms: float, window: tuple[float, float], max_factor: float, target: float = 0.5) -> float:
@@ -25,6 +26,16 @@ def rescale_factor(eager_ms: float, window: tuple[float, float], max_factor: flo
     aim = low ** (1 - target) * high**target if low > 0 else high / 10
     factor = aim / max(eager_ms, 1e-6)
     return min(max(factor, 1 / max_factor), max_factor)
+
+
+def may_reach(eager_ms: float, growth: float, window: tuple[float, float]) -> bool:
+    """Whether a task timed at `eager_ms`, its sizes grown by `growth` (< 1: shrunk), may land in the window. A
+    forward's time grows about in proportion to its sizes, and less where launches dominate it, so a prediction
+    short of the window by REACH_MARGIN decides the task without another execution (as when the element budget
+    holds its sizes where they are)."""
+    low, high = window
+    predicted = eager_ms * growth
+    return low * REACH_MARGIN <= predicted <= high / REACH_MARGIN
 
 
 def _summed_phases(verdicts: list[Verdict]) -> dict[str, float]:
@@ -45,10 +56,13 @@ def run_calibrated(
     max_factor: float,
     target: float = 0.5,
     on_result: Callable[[int, tuple[T, Verdict, int]], None] | None = None,
+    size: Callable[[T], float] | None = None,
 ) -> list[tuple[T, Verdict, int]]:
     """(final item, its verdict, calibration steps taken) per input item, in order. `rescale` returns None
-    where an item cannot be rescaled further (a size limit). The final verdict's `phase_s` sums every step's.
-    `on_result(i, result)` is called as item i's result is final, in the order they finish."""
+    where an item cannot be rescaled further (a size limit); `size(item)` (its elements), where given, lets a
+    rescaled item that cannot reach the window (see `may_reach`) keep its verdict unexecuted. The final
+    verdict's `phase_s` sums every step's. `on_result(i, result)` is called as item i's result is final, in the
+    order they finish."""
     current = list(items)
     earlier: list[list[Verdict]] = [[] for _ in items]
     final: list[tuple[T, Verdict, int] | None] = [None] * len(items)
@@ -56,8 +70,11 @@ def run_calibrated(
     def follow_up(i: int, verdict: Verdict) -> Job | None:
         if verdict.reason not in (RUNTIME_BELOW_WINDOW, RUNTIME_ABOVE_WINDOW) or len(earlier[i]) >= tries:
             return None
-        rescaled = rescale(current[i], rescale_factor(verdict.measurements["eager_ms"], window, max_factor, target))
+        eager_ms = verdict.measurements["eager_ms"]
+        rescaled = rescale(current[i], rescale_factor(eager_ms, window, max_factor, target))
         if rescaled is None:
+            return None
+        if size is not None and not may_reach(eager_ms, size(rescaled) / max(size(current[i]), 1), window):
             return None
         current[i] = rescaled
         earlier[i].append(verdict)

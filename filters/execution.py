@@ -86,7 +86,7 @@ class ExecutionConfig:
     warmup: int = 5  # CPU: warm-up forwards of the compiled model's timing (CUDA: the checks' forwards warm up)
     iters: int = 10  # CUDA: the profiler's timed forwards; CPU: those of the compiled model's timing
     memory_fraction: float = 0.9  # share of the GPU's memory all workers of one GPU may use together
-    shared_checks: bool = False  # CUDA: the checks of a few tasks may share a GPU (timings never do)
+    shared_checks: bool = True  # CUDA: the checks of a few tasks may share a GPU (timings never do)
     workers: int = 1  # worker processes in the pool
 
 
@@ -185,36 +185,20 @@ class _PhaseClock:
             lock.__exit__(None, None, None)
 
 
-def _profile(runs: list[tuple], hold, clock: _PhaseClock, activities=None) -> list:
-    """One profile per (fn, inputs, iters, phase) of `runs`: `iters` forwards of `fn` under torch.profiler (CUDA
-    activity by default), the device work of the paper's measure, timed as `phase`. All of them run inside one
-    `hold` (the device lock), which is taken once: each exclusive hold makes the tasks sharing the GPU drain
-    first. The first profiler starts before the lock is taken and the last collects its trace after it is let
-    go; between runs, one stops and the next starts inside the hold (host work, `profiler`). The profiler
-    records this process's work alone, and none runs while it waits for the lock."""
+def _profile(fn, inputs: list, iters: int, phase: str, hold, clock: _PhaseClock, activities=None):
+    """`iters` forwards of `fn` under torch.profiler (CUDA activity by default), the device work of the paper's
+    measure, timed as `phase` inside `hold` (the GPU's lock, exclusive: another process's kernels would slow
+    these). The profiler starts before the lock is taken and collects its trace after it is let go, so the hold
+    covers the forwards alone; it records this process's work only, and none runs while it waits."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = activities or [ProfilerActivity.CUDA]
-    profiles = []
-    with torch.no_grad(), clock("profiler"):
-        current = profile(activities=activities)
-        current.__enter__()
-        try:
-            with hold:
-                for k, (fn, inputs, iters, phase) in enumerate(runs):
-                    if k:
-                        current.__exit__(None, None, None)
-                        profiles.append(current)
-                        current = profile(activities=activities)
-                        current.__enter__()
-                    with clock(phase):
-                        for _ in range(iters):
-                            fn(*inputs)
-                        if torch.cuda.is_available():
-                            torch.cuda.synchronize()
-        finally:
-            current.__exit__(None, None, None)
-    return [*profiles, current]
+    with torch.no_grad(), clock("profiler"), profile(activities=activities) as prof, hold, clock(phase):
+        for _ in range(iters):
+            fn(*inputs)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    return prof
 
 
 def device_ms(prof, iters: int) -> float:
@@ -419,21 +403,28 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
         return measurements
     measurements["eager_event_ms"] = measurements["eager_ms"]
     _check_events(measurements, cfg.runtime_window_ms)
-    # The compiled model is built and checked before any timing, so that both timings take one exclusive hold
-    # of the GPU; its failure is told after the window, which comes first (and may have the task rescaled).
-    compiled, failed = _compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements)
-    iters = timed_iters(cfg.iters, measurements["eager_ms"])
-    runs = [(model, inputs, iters, "eager_timing")]  # the checks' forwards were its warm-up
-    if compiled is not None:
-        runs.append((compiled, inputs, iters, "compiled_timing"))
-    profiles = _profile(runs, clock.holding(device_lock), clock)
+    return _cuda_timings(model, inputs, eager_out, cfg, device_lock, clock, measurements)
+
+
+def _profiled_ms(fn, inputs: list, iters: int, phase: str, device_lock, clock: _PhaseClock) -> float:
+    """The paper's measure of `fn`: `iters` profiled forwards holding the GPU alone."""
+    prof = _profile(fn, inputs, iters, phase, clock.holding(device_lock), clock)
     with clock("profile_parse"):
-        measurements["eager_ms"] = device_ms(profiles[0], iters)
-        if compiled is not None:
-            measurements["compile_ms"] = device_ms(profiles[1], iters)
+        return device_ms(prof, iters)
+
+
+def _cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock: _PhaseClock,
+                  measurements: dict[str, Any], timer=_profiled_ms) -> dict[str, Any]:  # fmt: skip
+    """CUDA, once the checks passed: the eager timing, which decides the window; only a task inside it is
+    compiled, checked against eager (sharing the GPU) and timed compiled. Each timing holds the GPU alone for
+    its forwards only (the checks' forwards were the eager warm-up). `timer(fn, inputs, iters, phase, lock,
+    clock)` is the measure, in ms."""
+    iters = timed_iters(cfg.iters, measurements["eager_ms"])
+    measurements["eager_ms"] = timer(model, inputs, iters, "eager_timing", device_lock, clock)
     _check_window(measurements, cfg.runtime_window_ms)
-    if failed is not None:
-        raise CheckFailed(failed.verdict.reason, failed.verdict.detail, measurements)
+    if cfg.compile_check:
+        compiled = _compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements)
+        measurements["compile_ms"] = timer(compiled, inputs, iters, "compiled_timing", device_lock, clock)
     return measurements
 
 
@@ -499,13 +490,9 @@ def _compile_check_cpu(model, inputs: list, eager_out: list, cfg: ExecutionConfi
 
 
 def _compiled_for_timing(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock,
-                         measurements) -> tuple[Any, CheckFailed | None]:  # fmt: skip
-    """CUDA: the compiled model, warmed up and found to agree with eager (sharing the GPU like the eager
-    checks), ready to be timed; or None and why it failed, for the caller to raise once the window is decided.
-    None and no failure without the compile check. Running out of memory, or a CUDA error that leaves the
-    process's context unusable, is raised at once: nothing more can run (the pool retries the first alone)."""
-    if not cfg.compile_check:
-        return None, None
+                         measurements) -> Any:  # fmt: skip
+    """CUDA: the compiled model, warmed up and found to agree with eager (sharing the GPU like the eager checks),
+    ready to be timed; raises CheckFailed, with what was measured, where it fails to compile or disagrees."""
     try:
         compiled, compiled_out = _compile(model, inputs, cfg, device_lock, clock)
         with clock.holding(_shared(device_lock)), clock("compiled_checks"), torch.no_grad():
@@ -513,13 +500,10 @@ def _compiled_for_timing(model, inputs: list, eager_out: list, cfg: ExecutionCon
                 compiled(*inputs)
             agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
     except Exception as e:
-        failed = _compile_failure(e, measurements)
-        if failed.verdict.reason == OUT_OF_MEMORY or is_fatal_cuda_error(failed.verdict):
-            raise failed from None
-        return None, failed
+        raise _compile_failure(e, measurements) from None
     if not agree:
-        return None, CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL)
-    return compiled, None
+        raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL, measurements)
+    return compiled
 
 
 def device_name(device: str) -> str:

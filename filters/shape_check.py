@@ -1,7 +1,8 @@
 """Shape check on the `meta` device: build the Model and run forward with no memory and no GPU time.
 
 A failure names the forward line (so the operator pair) that broke; checks a meta run cannot decide
-(data-dependent shapes, `.item()`) are left to the execution stage.
+(data-dependent shapes, `.item()`) are left to the execution stage. A task that passes carries what its forward
+costs (filters.cost), counted on the way.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import warnings
 
 import torch
 
+from filters.cost import ForwardCost
 from filters.reasons import KEEP, LOAD_ERROR, SHAPE_ERROR, Verdict, one_line
 from filters.task_loading import TaskLoadError, load_task
 
@@ -36,7 +38,13 @@ def check_shapes(source: str) -> Verdict:
             warnings.simplefilter("ignore")  # a task's own deprecation and user warnings are not the check's output
             model = task.model_class(*task.get_init_inputs())
             model.eval()
-            out = model(*task.get_inputs())
+            inputs = task.get_inputs()
+            try:
+                with ForwardCost() as counted:
+                    out = model(*inputs)
+                cost = counted.cost
+            except Exception:
+                out, cost = model(*inputs), None  # the task's own error, if it has one, told without the counter
     except NotImplementedError as e:
         return Verdict(KEEP, f"meta check inconclusive: {one_line(e)}")
     except Exception as e:
@@ -50,4 +58,5 @@ def check_shapes(source: str) -> Verdict:
         return Verdict(SHAPE_ERROR, "forward returns no tensor")
     if any(t.numel() == 0 for t in tensors):
         return Verdict(SHAPE_ERROR, "forward returns an empty tensor")
-    return Verdict(KEEP, measurements={"output_shapes": [list(t.shape) for t in tensors]})
+    measurements = {"output_shapes": [list(t.shape) for t in tensors]}
+    return Verdict(KEEP, measurements=measurements if cost is None else {**measurements, "cost": cost})

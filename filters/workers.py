@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -43,6 +44,9 @@ RECYCLE_JOBS = 1000  # a worker retires after this many tasks
 RECYCLE_GROWTH_BYTES = 2 << 30  # or once its resident memory grew this much since it was ready
 CUDA_WORKER_MEMORY_FLOOR = 8 << 30  # host memory a CUDA worker may always use (inductor's compile needs a few GiB)
 MAX_MESSAGE_BYTES = 1 << 20  # a worker's message, larger than any verdict; more is a broken worker
+# Copies of a task's largest tensor alive at once in its checks: the kept input, a draw's, the first and the
+# current draw's outputs, the rerun's (an elementwise chain's intermediates are no larger).
+LIVE_COPIES = 5
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,13 @@ def memory_share(fraction: float, sharers: int) -> float:
     parameters, inputs and first outputs, or compile. So a worker gets the budget of one of at most
     `MEMORY_SHARERS`, not one of all: a task that still runs out is retried holding the GPU alone."""
     return fraction / max(1, min(sharers, MEMORY_SHARERS))
+
+
+def element_budget(device_bytes: int, cfg: ExecutionConfig) -> int:
+    """The most fp32 elements one tensor of a task may hold on a GPU of `device_bytes`: LIVE_COPIES of it fit
+    one worker's memory budget; a power of two."""
+    share = device_bytes * memory_share(cfg.memory_fraction, workers_per_gpu(cfg))
+    return 1 << int(math.log2(share / (4 * LIVE_COPIES)))
 
 
 def workers_per_gpu(cfg: ExecutionConfig) -> int:
@@ -213,6 +224,9 @@ class WorkerPool:
         self._spawned = 0
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
+        # When the first job was handed out and the last verdict came in (monotonic): the span of the pool's work.
+        self.first_handed: float | None = None
+        self.last_done: float | None = None
         self.containment: dict = {}  # what the first worker reported of its containment
         self._run_lock = threading.Lock()  # threads of one process (Beam's multi_threading mode) take turns
         # A pool shared across pipelines (see ExecuteCandidates) is closed when the last reference goes, or at exit.
@@ -287,6 +301,8 @@ class WorkerPool:
                     except (BrokenPipeError, OSError):
                         pending.appendleft((index, job))
                         self._replace(slot)
+                        continue
+                    self.first_handed = self.first_handed or w.started
             busy = [w for w in self._workers if w.job is not None or not w.ready]
             if not busy:
                 continue
@@ -296,6 +312,7 @@ class WorkerPool:
             for slot, w in enumerate(self._workers):
                 done = self._collect(slot, w, now)
                 if done is not None:
+                    self.last_done = now
                     finish(*done)
         return [r if r is not None else Verdict(CRASH, "no verdict") for r in results]
 

@@ -83,6 +83,21 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
     return lines
 
 
+def _effort(stats: dict) -> list[str]:
+    """What executing the candidates took: executions per row, and how busy the GPUs were meanwhile."""
+    counts = stats["counts"]
+    if not counts.get("executions"):
+        return []
+    line = f"{counts['executions']} executions on the device ({counts['executions_per_row']} per row"
+    busy = stats.get("gpu_busy") or {}
+    if busy.get("per_gpu"):
+        gpus = ", ".join(f"{100 * b:.0f} %" for b in busy["per_gpu"])
+        line += f"); GPU busy {gpus} from the first execution to the last (NVML, over {busy['executing_s']:g} s)."
+    else:
+        line += ")."
+    return [line, ""]
+
+
 def render_card(stats: dict, splits: dict[str, dict]) -> str:
     cfg = stats["config"]
     counts = stats["counts"]
@@ -150,6 +165,7 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
         "",
         f"{counts['candidates']} candidates, {counts['accepted']} accepted, {rows} selected.",
         "",
+        *_effort(stats),
     ]
     lines += _table(
         ("stage", "in", "kept", "dropped (reason: count)"),

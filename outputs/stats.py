@@ -12,6 +12,7 @@ import statistics
 from collections import Counter
 
 from filters.execution import PHASES
+from filters.gpu_busy import SAMPLE_PERIOD_S
 from filters.reasons import REASONS
 from pipeline.config import OPS6K_MIXTURE
 from pipeline.options import GenerateOptions
@@ -40,6 +41,26 @@ def spread(values: list[float]) -> str:
         return f"median {statistics.median(values):.3g}"
     q1, q2, q3 = statistics.quantiles(values, n=4)
     return f"median {q2:.3g} (quartiles {q1:.3g} - {q3:.3g}; {min(values):.3g} - {max(values):.3g})"
+
+
+def gpu_busy(sessions: list[dict]) -> dict | None:
+    """The GPU busy fraction per GPU (NVML, sampled during execution) from the first execution to the last,
+    over every session of the run, weighted by each one's span; None where no session watched a GPU."""
+    watched = [s["gpu"] for s in sessions if isinstance(s.get("gpu"), dict)]
+    spans = [g for g in watched if g.get("busy_fraction") and g.get("executing_s")]
+    if not spans:
+        reasons = {g["unavailable"] for g in watched if g.get("unavailable")}
+        return {"unavailable": sorted(reasons)[0]} if reasons else None
+    gpus = len(spans[0]["busy_fraction"])
+    spans = [g for g in spans if len(g["busy_fraction"]) == gpus]
+    total = sum(g["executing_s"] for g in spans)
+    per_gpu = [round(sum(g["busy_fraction"][d] * g["executing_s"] for g in spans) / total, 3) for d in range(gpus)]
+    return {
+        "per_gpu": per_gpu,
+        "mean": round(sum(per_gpu) / gpus, 3),
+        "executing_s": round(total, 1),
+        "sampled_by": f"NVML utilization every {SAMPLE_PERIOD_S:g} s, from each session's first execution to its last",
+    }
 
 
 def build_stats(
@@ -83,6 +104,7 @@ def build_stats(
     for (_, reason), n in dropped.items():
         all_reasons[reason] += n
     rows = sum(rows_per_source.values())
+    executions = sum(r.get("executions", 0) for r in rounds)
     return {
         "config": {"out": options.out, **options.fingerprint()},
         "versions": _versions(generator_version),
@@ -93,7 +115,11 @@ def build_stats(
             "rows": rows,
             "accepted_not_selected": accepted_total - rows - sum(by_stage["select"].values()),
             "rejected": sum(dropped.values()),
+            # Executions of candidates on the device, calibration's re-measures included, and per row written.
+            "executions": executions,
+            "executions_per_row": round(executions / rows, 3) if rows else None,
         },
+        "gpu_busy": gpu_busy(sessions),
         "funnel": funnel,
         "dropped_by_reason": {reason: all_reasons.get(reason, 0) for reason in REASONS},
         "rows_per_data_source": {s: rows_per_source.get(s, 0) for s in quota},

@@ -5,6 +5,7 @@ Commands and stages read these; nothing else in the project hard-codes a size, s
 
 from __future__ import annotations
 
+from filters.cost import DeviceSpeed
 from operator_catalog.entry import Workload
 
 VERSION = "0.1.0"
@@ -68,6 +69,16 @@ NUM_DRAWS = 5
 CALIBRATION_TRIES = 3
 CALIBRATION_MAX_FACTOR = 64.0
 CALIBRATION_TARGET = 0.25
+
+# Sizing before execution (CUDA): a candidate's forward cost, counted on meta, at the GPU's speed predicts its
+# time; one predicted more than SIZE_SLACK off the calibration aim is rescaled toward it (at most SIZE_MAX_FACTOR;
+# the element budget bounds it too). The speed is one H200's, as measured by the profiler on its rows (memory
+# at about 3 TB/s, fp32 arithmetic at about 40 TFLOP/s, a few microseconds a kernel); each round after the
+# first corrects it by the median of measured / predicted time over the earlier rounds' executions.
+SIZE_SLACK = 2.0
+SIZE_MAX_FACTOR = 4096.0
+GPU_SPEED = DeviceSpeed(bytes_per_s=3.0e12, flops_per_s=4.0e13, kernel_ms=0.004)
+SPEED_SAMPLES = 50  # executions it takes to correct the speed
 
 # Timing: (warm-ups, timed iterations). On the GPU, the paper's 10 profiled iterations; the warm-ups are the
 # checks' own forwards there (at least 5 before the profiler), so the first number is used on the CPU only, whose

@@ -14,7 +14,6 @@ import apache_beam as beam
 from apache_beam.utils.shared import Shared
 
 from filters.execution import ExecutionConfig
-from pipeline.config import WORKLOADS
 from pipeline.options import GenerateOptions
 from pipeline.records import Candidate, CandidateSpec, sealed, unsealed
 from pipeline.stages import (
@@ -25,6 +24,7 @@ from pipeline.stages import (
     DecontaminateAgainstKernelBench,
     DedupWithinSet,
     ExecuteCandidates,
+    Sizing,
 )
 
 
@@ -60,16 +60,18 @@ def build_prepare(
     graph_caps: dict[str, int] | None = None,
     graph_rows: dict[tuple[str, str], int] | None = None,
     shape_pool: Shared | None = None,
+    sizing: Sizing | None = None,
 ) -> None:
     """A round's CPU stages: specs in, `PREPARED` candidates and `PREPARE_REJECTED` rejections out. The shape
-    check runs its candidates in worker processes of `shape_config` (shared through `shape_pool`)."""
-    workload = WORKLOADS[options.workload]
+    check runs its candidates in worker processes of `shape_config` (shared through `shape_pool`), and sizes
+    them by `sizing` where given."""
+    workload = options.sizes
     composed = (
         p
         | "CandidateSpecs" >> beam.Create(specs)
         | "ComposeCandidates" >> ComposeCandidates(workload, options.op_weights)
     )
-    shaped = composed[KEPT] | "CheckShapes" >> CheckShapes(shape_config, shape_pool)
+    shaped = composed[KEPT] | "CheckShapes" >> CheckShapes(shape_config, shape_pool, sizing=sizing)
     clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
         options.kernelbench, options.similarity_threshold, options.jaccard_threshold
     )
@@ -96,7 +98,7 @@ def build_execute(
         | "ParsePrepared" >> beam.Map(lambda line: Candidate.from_json(unsealed(json.loads(line))))
     )
     executed = candidates | "ExecuteCandidates" >> ExecuteCandidates(
-        execution, options.batch_size, WORKLOADS[options.workload], progress_dir, options.op_weights, pool
+        execution, options.batch_size, options.sizes, progress_dir, options.op_weights, pool
     )
     _ = executed[KEPT] | "WriteAccepted" >> WriteRecords(f"{round_dir}/{ACCEPTED}")
     _ = executed[REJECTED] | "WriteRejected" >> WriteRecords(f"{round_dir}/{EXECUTE_REJECTED}")

@@ -6,8 +6,9 @@ Everything a run's result depends on is in `GenerateOptions.fingerprint()`, whic
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
+from operator_catalog.entry import Workload
 from pipeline.config import DATA_SOURCES, MIXTURE_ALIASES, PRESETS, WORKLOADS
 from pipeline.errors import UsageError
 
@@ -30,8 +31,15 @@ class GenerateOptions:
     timeout_s: float  # per-candidate execution limit
     workers: int  # execution worker processes
     batch_size: int  # candidates handed to the worker pool at once
-    shared_checks: bool = False  # CUDA: a few tasks' checks may share a GPU (timings never do)
+    shared_checks: bool = True  # CUDA: a few tasks' checks may share a GPU (timings never do)
     work_dir: str | None = None  # round outputs and checkpoints, anywhere Beam can write (default DIR/.opsynth)
+    max_elements: int | None = None  # the element budget where the GPU's memory sets it (else the workload's)
+
+    @property
+    def sizes(self) -> Workload:
+        """The workload that candidates are made at: the named one, under this run's element budget."""
+        workload = WORKLOADS[self.workload]
+        return workload if self.max_elements is None else replace(workload, max_elements=self.max_elements)
 
     def fingerprint(self) -> dict:
         """What must match for a run in an existing folder to resume it."""

@@ -18,6 +18,7 @@ import heapq
 import json
 import math
 import os
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -30,8 +31,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils.shared import Shared
 
 from filters.execution import ExecutionConfig, device_name
+from filters.gpu_busy import GpuBusyMonitor
 from filters.reasons import one_line
-from filters.workers import WorkerPool
+from filters.workers import WorkerPool, element_budget
 from operator_catalog import catalog_version
 from operator_catalog.registry import sampleable
 from outputs.card import split_info, write_card
@@ -44,6 +46,7 @@ from pipeline.config import (
     DATA_SOURCES,
     EXHAUSTION_MIN_CANDIDATES,
     EXHAUSTION_YIELD,
+    GPU_SPEED,
     INITIAL_OVERSAMPLING,
     MAX_IDLE_ROUNDS,
     MAX_ROUND_CANDIDATES,
@@ -51,6 +54,7 @@ from pipeline.config import (
     PILOT_CANDIDATES,
     ROUND_PADDING,
     ROW_GROUP_ROWS,
+    SPEED_SAMPLES,
     TIMING,
     VERSION,
 )
@@ -69,7 +73,7 @@ from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
 from pipeline.run_folder import FolderLock, check_config, state_dir
 from pipeline.selection import Selector
 from pipeline.sessions import SessionClock, read_sessions
-from pipeline.stages import stage_work_seconds
+from pipeline.stages import Sizing, stage_work_seconds
 
 DONE_MARKER = "_SUCCESS"
 PREPARED_MARKER = "_PREPARED"  # the round's CPU stages are done; a resume starts at its execution
@@ -85,6 +89,8 @@ MIN_CANDIDATES_PER_ROUND = 4
 MULTIPROCESS_PREPARE_MIN = 1000
 PREPARE_PROCESSES = 8  # each loads torch and the KernelBench reference
 QUIET_HARNESS = ["--default_sdk_harness_log_level", "WARNING"]  # the processes' start-up chatter
+SHAPE_CORES = 4  # cores per shape-check worker, where the CPU stages run in this process
+MAX_SHAPE_WORKERS = 4
 
 
 class Pools(NamedTuple):
@@ -92,6 +98,7 @@ class Pools(NamedTuple):
 
     execution: Shared
     shapes: Shared
+    shape_config: ExecutionConfig  # the shape check's, where the pipelines run in this process
 
 
 @dataclass
@@ -112,7 +119,7 @@ def execution_config(
     timeout_s: float,
     compile_check: bool,
     workers: int,
-    shared_checks: bool = False,
+    shared_checks: bool = True,
 ) -> ExecutionConfig:
     """The execution settings, with the device's warm-up and timed iterations (`generate`, `validate`, `bench`)."""
     warmup, iters = TIMING[device]
@@ -128,10 +135,16 @@ def execution_config(
     )
 
 
-def shape_check_config(execution: ExecutionConfig) -> ExecutionConfig:
-    """The shape check's worker, one per process that runs the stage, on the CPU (the meta device needs no GPU):
+def shape_check_config(execution: ExecutionConfig, workers: int = 1) -> ExecutionConfig:
+    """The shape check's workers in each process that runs the stage, on the CPU (the meta device needs no GPU):
     apart from the execution's workers, whose start-up (a CUDA context, a first compile) it need not wait for."""
-    return dataclasses.replace(execution, device="cpu", compile_check=False, shared_checks=False, workers=1)
+    return dataclasses.replace(execution, device="cpu", compile_check=False, shared_checks=False, workers=workers)
+
+
+def shape_workers() -> int:
+    """The shape check's workers where the CPU stages run in this process: one per SHAPE_CORES cores, at most
+    MAX_SHAPE_WORKERS (the stage is a round's longest CPU step, and delays its first execution)."""
+    return max(1, min(MAX_SHAPE_WORKERS, (os.cpu_count() or 1) // SHAPE_CORES))
 
 
 def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, tuple[int, int]]) -> dict[str, int]:
@@ -172,7 +185,19 @@ def _recorded_plan(round_dir: str) -> dict[str, int] | None:
 
 
 def _round_results(
-    r: int, plan, specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log
+    r: int,
+    plan,
+    specs,
+    options,
+    execution,
+    seen_keys,
+    selector,
+    round_dir,
+    work_root,
+    beam_args,
+    pools,
+    log,
+    sizing: Sizing | None = None,
 ) -> tuple[list[Candidate], list[Rejection], bool]:
     """Round `r`'s accepted candidates and rejections, and whether it had finished before: run (or finished)
     where it had not. A finished round whose records are damaged, or do not account for its candidates (a run
@@ -182,13 +207,13 @@ def _round_results(
         log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
         if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
             log(f"round {r}: its CPU stages were done; resuming at its execution")
-        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log)
+        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log, sizing)
     records = _round_records(round_dir, len(specs))
     if records is None:
         log(f"round {r}: its records are damaged or miss some of its {len(specs)} candidates; running it again")
         for marker in (DONE_MARKER, PREPARED_MARKER):
             workfiles.delete(workfiles.join(round_dir, marker))
-        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log)
+        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log, sizing)
         resumed, records = False, _round_records(round_dir, len(specs))
         if records is None:
             raise OpsynthError(f"round {r}'s records do not account for its {len(specs)} candidates")
@@ -258,6 +283,7 @@ def _run_round(
     beam_args: list[str],
     pools: Pools,
     log=print,
+    sizing: Sizing | None = None,
 ) -> None:
     """Run one round: its CPU stages, then its execution. A round interrupted during its CPU stages is redone
     whole; one interrupted during its execution starts that again (its checkpointed results are reused)."""
@@ -275,10 +301,11 @@ def _run_round(
                 options,
                 seen_keys,
                 round_dir,
-                shape_check_config(execution),
+                pools.shape_config if args is beam_args else shape_check_config(execution),
                 selector.graph_caps(),
                 selector.graph_rows(),
                 pools.shapes,
+                sizing,
             ),
         )
 
@@ -338,6 +365,7 @@ def runs_in_this_process(beam_args: list[str]) -> bool:
 
 def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=print) -> RunResult:
     beam_args = beam_args or []
+    options = _with_gpu_budget(options)
     out = Path(options.out)
     quota = quotas(options.num_samples, options.mixture)
     for source, n in quota.items():
@@ -354,6 +382,62 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
             return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
         with SessionClock(work_root) as session:
             return _generate(options, beam_args, log, quota, work_root, session)
+
+
+def _with_gpu_budget(options: GenerateOptions) -> GenerateOptions:
+    """The gpu workload on CUDA: its element budget set by the smallest GPU's memory (see element_budget), so
+    that a cheap chain can grow into the window; a run keeps the budget it started with (it is in its config)."""
+    if options.device != "cuda" or options.workload != "gpu" or options.max_elements is not None:
+        return options
+    import torch
+
+    smallest = min(torch.cuda.get_device_properties(d).total_memory for d in range(torch.cuda.device_count()))
+    execution = execution_config(options.device, options.runtime_window_ms, options.timeout_s,
+                                 options.compile_check, options.workers, options.shared_checks)  # fmt: skip
+    return dataclasses.replace(options, max_elements=element_budget(smallest, execution))
+
+
+def _sizing(options: GenerateOptions, timed: list[float], log=print) -> Sizing | None:
+    """How a round's candidates are sized before they run (CUDA only): at GPU_SPEED, corrected by the median of
+    `timed` once there are SPEED_SAMPLES of them."""
+    if options.device != "cuda":
+        return None
+    correction = statistics.median(timed) if len(timed) >= SPEED_SAMPLES else 1.0
+    if len(timed) >= SPEED_SAMPLES:
+        log(f"sizing: measured / predicted time {correction:.2f} (median of {len(timed)} executions)")
+    return Sizing(GPU_SPEED.scaled(correction), options.runtime_window_ms, options.sizes, options.op_weights)
+
+
+def _timed_predictions(accepted: list[Candidate], rejected: list[Rejection]) -> list[float]:
+    """Measured over predicted eager time of a round's executed candidates that ran at the sizes predicted for."""
+    executed = [*accepted, *(x.candidate for x in rejected if x.stage == "execute")]
+    return [
+        c.measurements["eager_ms"] / c.measurements["predicted_ms"]
+        for c in executed
+        if c.measurements.get("predicted_ms")
+        and "eager_ms" in c.measurements
+        and not c.measurements.get("calibration_steps")
+    ]
+
+
+def _executions(accepted: list[Candidate], rejected: list[Rejection]) -> int:
+    """Executions a round's candidates took: one each that reached the execution stage, and one per re-measure
+    of its calibration."""
+    executed = [*accepted, *(x.candidate for x in rejected if x.stage == "execute")]
+    return sum(1 + c.measurements.get("calibration_steps", 0) for c in executed)
+
+
+def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None) -> dict:
+    """This process's GPU busy fraction per GPU (NVML) from its first execution to its last, for its session
+    record; empty where the GPUs are not watched here (CPU runs, workers on a distributed runner's machines)."""
+    if monitor is None or pool is None:
+        return {}
+    if monitor.unavailable:
+        return {"gpu": {"unavailable": monitor.unavailable}}
+    if pool.first_handed is None or pool.last_done is None:
+        return {}
+    span = pool.last_done - pool.first_handed
+    return {"gpu": {"executing_s": round(span, 1), "busy_fraction": monitor.busy(pool.first_handed, pool.last_done)}}
 
 
 def _generate(
@@ -377,7 +461,8 @@ def _generate(
     round_dirs: list[str] = []
     started = time.monotonic()
     # The rounds' stages share their workers (in each process that runs them).
-    pools, shapes = Pools(Shared(), Shared()), shape_check_config(execution)
+    shapes = shape_check_config(execution, shape_workers() if runs_in_this_process(beam_args) else 1)
+    pools = Pools(Shared(), Shared(), shapes)
     held: list[WorkerPool] = []
     if runs_in_this_process(beam_args):
         # Start the workers now: they import torch and set up the device while round 0 composes its candidates.
@@ -386,7 +471,10 @@ def _generate(
             pools.execution.acquire(lambda: WorkerPool(execution), tag=execution),
             pools.shapes.acquire(lambda: WorkerPool(shapes), tag=shapes),
         ]
+    monitor = GpuBusyMonitor().__enter__() if execution.device == "cuda" else None
+    session.extra = lambda: _gpu_record(monitor, held[0] if held else None)
     last_round: dict[str, tuple[int, int]] = {}
+    timed: list[float] = []  # measured / predicted time of the executions so far that ran at their first sizes
     exhausted: dict[str, dict] = {}  # data source -> when it was retired and where its missing rows went
     idle = 0
     try:
@@ -404,8 +492,9 @@ def _generate(
             t0 = time.monotonic()
             new_accepted, new_rejected, resumed = _round_results(
                 r, plan, specs, options, execution, frozenset(seen_keys), selector, round_dir, work_root, beam_args,
-                pools, log,
+                pools, log, _sizing(options, timed, log),
             )  # fmt: skip
+            timed += _timed_predictions(new_accepted, new_rejected)
             seen_keys.update(c.dedup_key for c in new_accepted)
             seen_keys.update(x.candidate.dedup_key for x in new_rejected if x.stage == "execute")
             tried.update(plan)
@@ -425,6 +514,7 @@ def _generate(
                     "candidates": len(specs),
                     "accepted": len(new_accepted),
                     "resumed": resumed,
+                    "executions": _executions(new_accepted, new_rejected),
                     "stage_work_s": workfiles.read_json(workfiles.join(round_dir, WORK_FILE), {}),
                     "wall_s": round(time.monotonic() - t0, 3),
                 }
@@ -452,6 +542,8 @@ def _generate(
                 )
             del new_accepted, new_rejected, chosen, skipped, rejections
     finally:
+        if monitor is not None:
+            monitor.__exit__(None, None, None)
         for pool in held:
             pool.close()
     short = selector.missing()

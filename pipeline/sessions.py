@@ -13,6 +13,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pipeline import workfiles
@@ -25,6 +26,7 @@ class SessionClock:
     """Records this process's wall time on the run in `work_root`; a context manager."""
 
     def __init__(self, work_root: str, tick_s: float = SESSION_TICK_S):
+        self.extra: Callable[[], dict] | None = None  # more of this process's record, written with its time
         self.folder = workfiles.join(work_root, SESSIONS_DIR)
         self.started = datetime.now(UTC)
         self._t0 = time.monotonic()
@@ -38,6 +40,8 @@ class SessionClock:
 
     def write(self, finished: bool = False) -> None:
         record = {"started": self.started.isoformat(timespec="seconds"), "wall_s": round(self.elapsed(), 1)}
+        if self.extra is not None:
+            record.update(self.extra())
         workfiles.write_text(self.path, json.dumps({**record, "finished": finished}, sort_keys=True))
 
     def _tick(self) -> None:

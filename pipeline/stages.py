@@ -7,16 +7,19 @@ both per reason, so the top of the pipeline reads as a short chain of labelled s
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.utils.shared import Shared
 
-from filters.calibration import run_calibrated
+from filters.calibration import rescale_factor, run_calibrated
+from filters.cost import DeviceSpeed
 from filters.decontamination import decontaminate, load_reference
 from filters.dedup import dedup_key, op_graph_hash, split_group
 from filters.execution import ExecutionConfig
@@ -27,7 +30,14 @@ from operator_catalog.codegen import render
 from operator_catalog.compose import CompositionError, compose
 from operator_catalog.entry import Workload
 from operator_catalog.transformers_modules import compose_transformers
-from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TARGET, CALIBRATION_TRIES, COMPOSE_ATTEMPTS
+from pipeline.config import (
+    CALIBRATION_MAX_FACTOR,
+    CALIBRATION_TARGET,
+    CALIBRATION_TRIES,
+    COMPOSE_ATTEMPTS,
+    SIZE_MAX_FACTOR,
+    SIZE_SLACK,
+)
 from pipeline.progress import ExecutionProgress
 from pipeline.records import Candidate, CandidateSpec, Rejection
 
@@ -99,6 +109,11 @@ def make_candidate(
     )
 
 
+def input_elements(candidate: Candidate) -> int:
+    """Elements of a candidate's inputs, all of them together."""
+    return sum(math.prod(s["shape"]) for s in candidate.input_shapes)
+
+
 def rescale_candidate(
     candidate: Candidate, factor: float, workload: Workload, op_weights: str = "uniform"
 ) -> Candidate | None:
@@ -147,10 +162,30 @@ class ComposeCandidates(beam.PTransform):
         return specs | beam.ParDo(_ComposeFn(self.workload, self.op_weights)).with_outputs(REJECTED, main=KEPT)
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """How the shape check sizes candidates toward the runtime window before they run: each one's forward cost
+    (filters.cost), at `speed`, predicts its time; one predicted more than SIZE_SLACK away from the calibration
+    aim is made again from its seed with its batch scaled toward it (within the element budget)."""
+
+    speed: DeviceSpeed
+    window: tuple[float, float]
+    workload: Workload
+    op_weights: str = "uniform"
+
+    def factor(self, cost: dict) -> float:
+        return rescale_factor(self.speed.predicted_ms(cost), self.window, SIZE_MAX_FACTOR, CALIBRATION_TARGET)
+
+
+def _shape_jobs(batch: list[Candidate]) -> list[Job]:
+    return [Job(f"{c.data_source}/{c.index}", c.code, c.seed, SHAPES) for c in batch]
+
+
 class _ShapeCheckFn(beam.DoFn):
-    def __init__(self, config: ExecutionConfig, pool: Shared):
+    def __init__(self, config: ExecutionConfig, pool: Shared, sizing: Sizing | None):
         self.config = config
         self.shared_pool = pool
+        self.sizing = sizing
         self.pool: WorkerPool | None = None
 
     def setup(self) -> None:
@@ -158,9 +193,33 @@ class _ShapeCheckFn(beam.DoFn):
 
     def process(self, batch: list[Candidate]) -> Iterator:
         with stage_clock("shape_check"):
-            verdicts = self.pool.run([Job(f"{c.data_source}/{c.index}", c.code, c.seed, SHAPES) for c in batch])
+            verdicts = self.pool.run(_shape_jobs(batch))
+            if self.sizing is not None:
+                batch, verdicts = self._sized(batch, verdicts)
         for candidate, verdict in zip(batch, verdicts, strict=True):
             yield from route(candidate, verdict, "shape_check")
+
+    def _sized(self, batch: list[Candidate], verdicts: list[Verdict]) -> tuple[list[Candidate], list[Verdict]]:
+        """The batch with each candidate predicted far from the aim replaced by its rescaled self, where that
+        passes the shape check too; every kept candidate's prediction in its measurements."""
+        batch, verdicts = list(batch), list(verdicts)
+        moved: dict[int, Candidate] = {}
+        for i, (candidate, verdict) in enumerate(zip(batch, verdicts, strict=True)):
+            cost = verdict.measurements.get("cost")
+            if verdict.kept and cost and not 1 / SIZE_SLACK <= (factor := self.sizing.factor(cost)) <= SIZE_SLACK:
+                rescaled = rescale_candidate(candidate, factor, self.sizing.workload, self.sizing.op_weights)
+                if rescaled is not None:
+                    moved[i] = rescaled
+        checked = self.pool.run(_shape_jobs(list(moved.values())))
+        for (i, rescaled), verdict in zip(moved.items(), checked, strict=True):
+            if verdict.kept and verdict.measurements.get("cost"):
+                batch[i], verdicts[i] = rescaled, verdict
+                Metrics.counter(COUNTER_NAMESPACE, "sized").inc()
+        for i, verdict in enumerate(verdicts):
+            if verdict.kept and verdict.measurements.get("cost"):
+                predicted = {"predicted_ms": round(self.sizing.speed.predicted_ms(verdict.measurements["cost"]), 4)}
+                verdicts[i] = Verdict(verdict.reason, verdict.detail, {**verdict.measurements, **predicted})
+        return batch, verdicts
 
     def teardown(self) -> None:
         self.pool = None  # shared: closed when its last holder lets go
@@ -170,17 +229,25 @@ class CheckShapes(beam.PTransform):
     """Build and run every candidate on the meta device before any real execution, in contained worker processes
     of `config` (one pool per process, shared by the pipelines given the same `pool` handle)."""
 
-    def __init__(self, config: ExecutionConfig, pool: Shared | None = None, batch_size: int = SHAPE_BATCH):
+    def __init__(
+        self,
+        config: ExecutionConfig,
+        pool: Shared | None = None,
+        batch_size: int = SHAPE_BATCH,
+        sizing: Sizing | None = None,
+    ):
         super().__init__()
         self.config = config
         self.pool = pool or Shared()
         self.batch_size = batch_size
+        self.sizing = sizing
 
     def expand(self, candidates):
         return (
             candidates
             | "BatchForShapeCheck" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.batch_size)
-            | "RunOnMeta" >> beam.ParDo(_ShapeCheckFn(self.config, self.pool)).with_outputs(REJECTED, main=KEPT)
+            | "RunOnMeta"
+            >> beam.ParDo(_ShapeCheckFn(self.config, self.pool, self.sizing)).with_outputs(REJECTED, main=KEPT)
         )
 
 
@@ -371,6 +438,7 @@ class _ExecuteBatchFn(beam.DoFn):
                     max_factor=CALIBRATION_MAX_FACTOR,
                     target=CALIBRATION_TARGET,
                     on_result=checkpoint.add,
+                    size=input_elements,
                 )
             checkpoint.flush()
             for _, verdict, _ in fresh:  # where this run's workers' time went (not a checkpointed run's)

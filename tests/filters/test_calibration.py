@@ -51,6 +51,34 @@ def test_rescaling_stops_when_the_caller_says_it_cannot():
     assert (batch, verdict.reason, steps) == (2, RUNTIME_BELOW_WINDOW, 0)
 
 
+def test_a_task_whose_sizes_cannot_grow_enough_is_decided_without_another_execution():
+    """A batch of 4 (about 0.4 ms) needs to grow some 100-fold; a budget of 8 rows lets it double: that is
+    predicted short of the window, so it keeps its first verdict, one execution in all."""
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(20.0, 80.0), timeout_s=30, compile_check=False,
+                          warmup=1, iters=2, workers=1)  # fmt: skip
+    executed = []
+
+    def job_of(batch):
+        executed.append(batch)
+        return Job(str(batch), SLEEPY.replace("BATCH", str(batch)), 0)
+
+    with WorkerPool(cfg) as pool:
+        ((batch, verdict, steps),) = run_calibrated(
+            pool, [4], job_of=job_of, rescale=lambda b, f: min(8, round(b * f)), window=cfg.runtime_window_ms,
+            tries=3, max_factor=64, size=lambda b: b,
+        )  # fmt: skip
+    assert (batch, verdict.reason, steps, executed) == (4, RUNTIME_BELOW_WINDOW, 0, [4])
+
+
+def test_a_task_may_reach_the_window_unless_its_growth_is_predicted_far_short():
+    from filters.calibration import may_reach
+
+    window = (1.0, 100.0)
+    assert may_reach(0.1, 64, window) and may_reach(0.1, 6, window)
+    assert not may_reach(0.1, 4, window)  # 0.4 ms predicted: below half the low end
+    assert may_reach(300.0, 1 / 4, window) and not may_reach(3000.0, 1 / 4, window)
+
+
 def test_rescale_factor_aims_a_quarter_of_the_way_in_log_terms():
     assert rescale_factor(1.0, (1.0, 100.0), 64, target=0.25) == pytest.approx(10**0.5)
     assert rescale_factor(10**0.5, (1.0, 100.0), 64, target=0.25) == pytest.approx(1.0)

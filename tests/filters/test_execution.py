@@ -249,8 +249,8 @@ def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
 
 
 def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
-    """Both timings of a task take one hold of the lock: a profiler per run, started before the lock is taken
-    and stopped after it is let go, the profiler switched inside the hold between the runs."""
+    """A timing holds the GPU's lock for its forwards only: the profiler starts before the lock is taken and
+    collects its trace after it is let go."""
     import contextlib
 
     from torch._C._autograd import _profiler_enabled
@@ -267,17 +267,14 @@ def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
         seen.append(("exit", _profiler_enabled()))
 
     clock = _PhaseClock()
-    relu, tanh = [], []
-    runs = [(lambda x: relu.append(torch.relu(x)), [torch.randn(8)], 4, "eager_timing"),
-            (lambda x: tanh.append(torch.tanh(x)), [torch.randn(8)], 3, "compiled_timing")]  # fmt: skip
-    first, second = _profile(runs, clock.holding(hold()), clock, activities=[ProfilerActivity.CPU])
-    assert (len(relu), len(tanh)) == (4, 3)
-    assert seen == [("entry", True), ("exit", True)]  # one hold, the traces going on across its ends
+    relu = []
+    prof = _profile(lambda x: relu.append(torch.relu(x)), [torch.randn(8)], 4, "eager_timing", clock.holding(hold()),
+                    clock, activities=[ProfilerActivity.CPU])  # fmt: skip
+    assert len(relu) == 4
+    assert seen == [("entry", True), ("exit", True)]
     assert not _profiler_enabled()
-    names = [{e.name for e in prof.events()} for prof in (first, second)]
-    assert any("relu" in n for n in names[0]) and not any("tanh" in n for n in names[0])
-    assert any("tanh" in n for n in names[1]) and not any("relu" in n for n in names[1])
-    assert set(clock.seconds) == {"eager_timing", "compiled_timing", "profiler", "lock_wait"}
+    assert any("relu" in e.name for e in prof.events())
+    assert set(clock.seconds) == {"eager_timing", "profiler", "lock_wait"}
     assert all(s >= 0 for s in clock.seconds.values())
 
 
@@ -295,31 +292,53 @@ def test_nested_phases_count_once():
     assert 0.02 <= clock.seconds["compile"] < 0.05  # the inner phase's time is not counted twice
 
 
-@pytest.mark.parametrize(("source", "agrees"), [(fixtures.GOOD, True), (fixtures.COMPILE_MISMATCH, False)])
-def test_on_cuda_the_compiled_model_is_checked_before_any_timing(source, agrees):
-    """The CUDA order of the compile check, run on the CPU: compiling, the first run, the warm-up and the
-    comparison with eager, under the checks' share of the lock; an agreeing model comes back to be timed with
-    the eager one, a disagreeing one as the failure to tell once the window is decided."""
+@pytest.mark.parametrize(
+    ("eager_ms", "source", "reason"),
+    [(0.5, fixtures.GOOD, RUNTIME_BELOW_WINDOW), (150.0, fixtures.GOOD, RUNTIME_ABOVE_WINDOW),
+     (5.0, fixtures.GOOD, None), (5.0, fixtures.COMPILE_MISMATCH, COMPILE_MISMATCH)],
+)  # fmt: skip
+def test_on_cuda_only_a_task_timed_inside_the_window_is_compiled(eager_ms, source, reason):
+    """The CUDA order after the checks, run on the CPU with a stand-in timer: the eager timing decides the
+    window first; a task outside it is never compiled; one inside is compiled, checked against eager under the
+    checks' share of the lock, and timed compiled."""
     import contextlib
 
-    from filters.execution import _compiled_for_timing, _PhaseClock
+    from filters.execution import CheckFailed, _cuda_timings, _PhaseClock
     from filters.task_loading import load_task
 
-    cfg = ExecutionConfig(device="cuda", runtime_window_ms=(0.0, 20.0), timeout_s=10, compile_backend="aot_eager")
+    cfg = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=10, compile_backend="aot_eager")
     task = load_task(source)
     torch.manual_seed(0)
     model, inputs = task.model_class().eval(), task.get_inputs()
     with torch.no_grad():
         eager_out = [model(*inputs)]
+    timed = []
+
+    def timer(fn, inputs, iters, phase, lock, clock):
+        timed.append(phase)
+        with torch.no_grad():
+            fn(*inputs)
+        return eager_ms if phase == "eager_timing" else eager_ms / 2
+
     clock = _PhaseClock()
-    compiled, failed = _compiled_for_timing(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, {})
-    if agrees:
-        assert failed is None and torch.allclose(compiled(*inputs), eager_out[0])
+    if reason is None:
+        measured = _cuda_timings(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, {"eager_ms": 9.0},
+                                 timer)  # fmt: skip
+        assert (measured["eager_ms"], measured["compile_ms"]) == (eager_ms, eager_ms / 2)
     else:
-        assert compiled is None and failed.verdict.reason == COMPILE_MISMATCH
-    assert {"compile", "compiled_checks"} <= set(clock.seconds)
-    no_check = ExecutionConfig(device="cuda", runtime_window_ms=(0.0, 20.0), timeout_s=10, compile_check=False)
-    assert _compiled_for_timing(model, inputs, eager_out, no_check, None, clock, {}) == (None, None)
+        with pytest.raises(CheckFailed) as failed:
+            _cuda_timings(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, {"eager_ms": 9.0}, timer)
+        assert failed.value.verdict.reason == reason
+        assert failed.value.verdict.measurements["eager_ms"] == eager_ms  # what was measured stays with it
+    compiled = reason in (None, COMPILE_MISMATCH)
+    assert timed == (["eager_timing", "compiled_timing"] if reason is None else ["eager_timing"])
+    assert ({"compile", "compiled_checks"} <= set(clock.seconds)) == compiled
+    if reason is None:
+        no_check = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=10, compile_check=False)
+        timed.clear()
+        assert "compile_ms" not in _cuda_timings(model, inputs, eager_out, no_check, None, _PhaseClock(),
+                                                 {"eager_ms": 9.0}, timer)  # fmt: skip
+        assert timed == ["eager_timing"]
 
 
 def test_on_cuda_the_events_decide_a_task_below_the_window_before_the_profiler():

@@ -36,6 +36,8 @@ def test_workers_retire_after_many_tasks(monkeypatch):
     with WorkerPool(CPU) as pool:
         verdicts = pool.run([Job(str(i), fixtures.GOOD, i) for i in range(5)])
         assert all(v.kept for v in verdicts) and pool.replaced == 2
+        # What the run's stats read of the pool: when its first execution began and its last ended.
+        assert pool.first_handed < pool.last_done
 
 
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="Linux only")

@@ -220,3 +220,13 @@ def test_similarity_reports_a_task_nested_too_deeply_to_compare_and_goes_on(tmp_
     deep, good = (json.loads(line) for line in stdout.splitlines())
     assert code == 0 and deep == {"task": "a_deep.py", "error": "nested too deeply to be compared with KernelBench"}
     assert good["task"] == "b_good.py" and 0 <= good["kb_ast_similarity"] <= 1
+
+
+def test_the_checks_share_a_gpu_by_default_and_exclusive_checks_turn_that_off():
+    from pipeline.cli import build_parser
+
+    parser = build_parser()
+    for command in (["generate", "--out", "o"], ["validate", "t.py"], ["bench", "execute"]):
+        assert parser.parse_args(command).shared_checks is True
+        assert parser.parse_args([*command, "--exclusive-checks"]).shared_checks is False
+        assert parser.parse_args([*command, "--shared-checks"]).shared_checks is True  # the old opt-in still runs

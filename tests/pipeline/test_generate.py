@@ -95,6 +95,14 @@ def test_card_and_stats_agree(generated):
     assert every["verdicts"] == stats["funnel"]["execute"]["in"]
     assert every["compile"] == pytest.approx(phases["compile"], rel=0.01, abs=0.01)
     assert not any("phase_s" in json.loads(row["measurements"]) for row in rejected)  # noise stays out of rows
+    # Every candidate that reached the execution stage was executed once, and once more per re-measure.
+    steps = [
+        json.loads(row["measurements"]).get("calibration_steps", 0) for row in rejected if row["stage"] == "execute"
+    ]
+    assert stats["counts"]["executions"] >= stats["funnel"]["execute"]["in"] + sum(steps)
+    assert stats["counts"]["executions_per_row"] == round(stats["counts"]["executions"] / 24, 3)
+    assert f"{stats['counts']['executions']} executions on the device" in card
+    assert stats["gpu_busy"] is None  # a CPU run watches no GPU
 
 
 def test_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(generated, kernelbench_parquet, capsys):

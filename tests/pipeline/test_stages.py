@@ -1,5 +1,7 @@
 """Each composite under Beam's TestPipeline, asserted on its kept and rejected outputs."""
 
+import math
+
 import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
@@ -121,3 +123,42 @@ def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reporte
     checkpoint.flush()  # nothing left to write
     assert recorded == [[2, 0], [1]]
     assert "executed 3 candidates, kept 2" in capsys.readouterr().err
+
+
+def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_time():
+    """At a (made-up) speed, every candidate's forward cost predicts its time: those far from the calibration aim
+    are made again from their seeds at a scaled batch, within the element budget; every kept one carries its
+    prediction, and a rescaled one its new sizes."""
+    from filters.cost import DeviceSpeed
+    from pipeline.config import CALIBRATION_TARGET, SIZE_SLACK
+    from pipeline.stages import Sizing, make_candidate
+
+    workload = WORKLOADS["tiny"]
+    window = (1.0, 100.0)
+    aim = window[0] ** (1 - CALIBRATION_TARGET) * window[1] ** CALIBRATION_TARGET
+    sizing = Sizing(DeviceSpeed(bytes_per_s=1e8, flops_per_s=1e9, kernel_ms=0.001), window, workload)
+    specs = [CandidateSpec("torch#2", i, candidate_seed(4, "torch#2", i)) for i in range(12)]
+    candidates = [make_candidate(spec, workload) for spec in specs]
+    before = {c.index: _predicted(c.code, sizing.speed) for c in candidates}
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False, workers=1)
+    with BeamTestPipeline() as p:
+        out = p | beam.Create(candidates) | CheckShapes(cfg, Shared(), sizing=sizing)
+        kept = out[KEPT] | beam.Map(lambda c: (c.index, c.batch_scale, c.measurements.get("predicted_ms"),
+                                               sizing.speed.predicted_ms(c.measurements["cost"])))  # fmt: skip
+
+        def check(rows):
+            assert len(rows) == 12
+            assert all(recorded == round(now, 4) for _, _, recorded, now in rows)
+            moved = [(index, scale, ms) for index, scale, ms, _ in rows if scale != 1.0]
+            assert len(moved) >= 6  # most of the tiny workload is far from this window at this speed
+            for index, scale, ms in moved:  # moved toward the aim, never past it by more than the slack
+                assert abs(math.log(ms / aim)) < abs(math.log(before[index] / aim))
+                assert aim / SIZE_SLACK <= ms <= aim * SIZE_SLACK or (scale > 1) == (ms < aim)
+
+        assert_that(kept, check)
+
+
+def _predicted(code: str, speed) -> float:
+    from filters.shape_check import check_shapes
+
+    return speed.predicted_ms(check_shapes(code).measurements["cost"])

@@ -1,0 +1,79 @@
+"""What a forward costs, counted on the meta device: bytes moved, floating-point operations and kernels, from
+which a device's speed predicts its time before it runs. The shape check counts it; the pipeline sizes a
+candidate with it, so that most candidates' first execution lands in the runtime window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+# Operators that launch no kernel of their own (metadata, or outputs made lazily).
+_FREE = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "detach", "alias"}
+
+
+@dataclass(frozen=True)
+class DeviceSpeed:
+    """What a device sustains: bytes per second through its memory, floating-point operations per second, and
+    the device time of one small kernel."""
+
+    bytes_per_s: float
+    flops_per_s: float
+    kernel_ms: float
+
+    def scaled(self, k: float) -> DeviceSpeed:
+        """The same device, every time it predicts multiplied by `k` (a correction from measured times)."""
+        return DeviceSpeed(self.bytes_per_s / k, self.flops_per_s / k, self.kernel_ms * k)
+
+    def predicted_ms(self, cost: dict) -> float:
+        """A forward's device time: each byte moved and each operation at the sustained rates, and each kernel
+        at least `kernel_ms`."""
+        return 1e3 * (cost["bytes"] / self.bytes_per_s + cost["flops"] / self.flops_per_s) + cost["kernels"] * (
+            self.kernel_ms
+        )
+
+
+def _bytes(values) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_flatten(values)[0] if isinstance(t, torch.Tensor))
+
+
+class _Counter(TorchDispatchMode):
+    """Counts, for every operator that computes (views and allocations do not), the bytes of its tensor inputs
+    and outputs (each read or written once) and one kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+        self.kernels = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not func.is_view and func.__name__.split(".")[0] not in _FREE:
+            self.bytes += _bytes((args, kwargs)) + _bytes(out)
+            self.kernels += 1
+        return out
+
+
+class ForwardCost:
+    """A context manager around a forward on the meta device; `cost` is then {bytes, flops, kernels}."""
+
+    def __enter__(self) -> ForwardCost:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self._flops = FlopCounterMode(display=False)
+        self._counter = _Counter()
+        self._flops.__enter__()
+        self._counter.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._counter.__exit__(*exc)
+        self._flops.__exit__(*exc)
+
+    @property
+    def cost(self) -> dict[str, int]:
+        return {"bytes": self._counter.bytes, "flops": self._flops.get_total_flops(), "kernels": self._counter.kernels}

@@ -1,0 +1,28 @@
+from filters.gpu_busy import GpuBusyMonitor
+from outputs.stats import gpu_busy
+
+
+def test_gpu_busy_is_weighted_by_each_sessions_span_of_execution():
+    sessions = [
+        {"wall_s": 100.0, "gpu": {"executing_s": 30.0, "busy_fraction": [0.9, 0.5]}},
+        {"wall_s": 80.0, "gpu": {"executing_s": 10.0, "busy_fraction": [0.5, 0.9]}},
+        {"wall_s": 5.0},  # a session that executed nothing
+    ]
+    busy = gpu_busy(sessions)
+    assert busy["per_gpu"] == [0.8, 0.6] and busy["mean"] == 0.7 and busy["executing_s"] == 40.0
+    assert gpu_busy([{"wall_s": 1.0}]) is None
+    assert gpu_busy([{"wall_s": 1.0, "gpu": {"unavailable": "no GPU"}}]) == {"unavailable": "no GPU"}
+
+
+def test_the_monitor_averages_only_the_samples_inside_a_span():
+    monitor = GpuBusyMonitor()
+    monitor.devices = [0, 1]
+    monitor.samples = [(1.0, (0.0, 0.0)), (2.0, (1.0, 0.5)), (3.0, (0.5, 0.5)), (9.0, (0.0, 0.0))]
+    assert monitor.busy(1.5, 3.5) == [0.75, 0.5]
+    assert monitor.busy(4.0, 5.0) is None
+
+
+def test_without_a_gpu_the_monitor_says_why_and_samples_nothing():
+    with GpuBusyMonitor(period_s=0.01) as monitor:
+        pass
+    assert monitor.unavailable and monitor.samples == []
