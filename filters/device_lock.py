@@ -31,11 +31,22 @@ class DeviceLock:
         self._fds: dict[str, int] | None = None  # opened lazily, in the process that uses them
         self._watch = None  # where this process reports its holds and waits (see `watch`)
         self._holds_watched = True
+        self._alone = False  # see `alone`
         self.held = False  # whether this process holds the lock (in either mode)
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "slots": self.slots, "_fds": None, "_watch": None, "_holds_watched": True,
-                "held": False}  # fmt: skip
+                "_alone": False, "held": False}  # fmt: skip
+
+    @contextlib.contextmanager
+    def alone(self):
+        """Within the block, this process's shared holds are exclusive too: no other task's device work runs
+        beside its own (its host work, compiling, still holds nothing)."""
+        self._alone = True
+        try:
+            yield
+        finally:
+            self._alone = False
 
     def watch(self, state) -> None:
         """Report this process's holds and waits into `state` (a shared array of HOLD_SINCE, WAIT_SINCE and
@@ -93,7 +104,7 @@ class DeviceLock:
 
     @contextlib.contextmanager
     def shared(self):
-        if self.slots <= 1:
+        if self.slots <= 1 or self._alone:
             with self:
                 yield self
             return

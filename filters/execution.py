@@ -36,6 +36,7 @@ from filters.reasons import (
 from filters.task_loading import TaskLoadError, load_task
 
 PRESCREEN_MARGIN = 3.0  # a forward timed this far above the window decides it without the profiler
+COMPILE_FIRST_MARGIN = 2.0  # CUDA: checks' events this many times the window's low end: compiled before timing
 # Where a worker's time goes, per task: building the model; waiting for the device lock; the first input draw
 # and the first (untimed) forward; the other draws and the rerun; comparing their outputs; the eager timing;
 # starting and stopping the profiler, and reading its events; torch.compile (host work); the compiled model's
@@ -185,20 +186,35 @@ class _PhaseClock:
             lock.__exit__(None, None, None)
 
 
-def _profile(fn, inputs: list, iters: int, phase: str, hold, clock: _PhaseClock, activities=None):
-    """`iters` forwards of `fn` under torch.profiler (CUDA activity by default), the device work of the paper's
-    measure, timed as `phase` inside `hold` (the GPU's lock, exclusive: another process's kernels would slow
-    these). The profiler starts before the lock is taken and collects its trace after it is let go, so the hold
-    covers the forwards alone; it records this process's work only, and none runs while it waits."""
+def _profile(runs: list[tuple], inputs: list, iters: int, hold, clock: _PhaseClock, activities=None) -> list:
+    """One profile per (fn, phase) of `runs`: `iters` forwards of `fn` under torch.profiler (CUDA activity by
+    default), the device work of the paper's measure, timed as `phase`. All of them run inside one `hold` (the
+    GPU's lock, exclusive: another process's kernels would slow these), so the hold covers the forwards alone:
+    the first profiler starts before the lock is taken and the last collects its trace after it is let go;
+    between runs one stops and the next starts inside the hold. A profiler records this process's work only."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = activities or [ProfilerActivity.CUDA]
-    with torch.no_grad(), clock("profiler"), profile(activities=activities) as prof, hold, clock(phase):
-        for _ in range(iters):
-            fn(*inputs)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-    return prof
+    profiles = []
+    with torch.no_grad(), clock("profiler"):
+        current = profile(activities=activities)
+        current.__enter__()
+        try:
+            with hold:
+                for k, (fn, phase) in enumerate(runs):
+                    if k:
+                        current.__exit__(None, None, None)
+                        profiles.append(current)
+                        current = profile(activities=activities)
+                        current.__enter__()
+                    with clock(phase):
+                        for _ in range(iters):
+                            fn(*inputs)
+                        if torch.cuda.is_available():
+                            torch.cuda.synchronize()
+        finally:
+            current.__exit__(None, None, None)
+    return [*profiles, current]
 
 
 def device_ms(prof, iters: int) -> float:
@@ -229,52 +245,72 @@ def timed_iters(iters: int, estimate_ms: float) -> int:
     return max(min(iters, MIN_TIMED_ITERS), min(iters, math.ceil(TIMING_SPAN_MS / max(estimate_ms, 1e-6))))
 
 
-def _float_ranges(outs: list[list[torch.Tensor]]) -> list[tuple[torch.Tensor, float, float]]:
-    """(tensor, min, max) of every non-empty floating output: one fused reduction each, with no full-size
-    temporaries, from which the finiteness, vanishing and constant checks are decided (min and max are NaN
-    where any element is)."""
-    ranges = []
-    for o in outs:
-        for t in o:
+class _Outputs:
+    """The draws' outputs, judged as they come: the first draw's kept (the rerun and the compiled model are
+    compared with it), every other one reduced at once to whether it agrees with the first and each floating
+    output's size, min, max and mean (one fused reduction and a mean, no full-size temporaries). So a task's
+    checks hold two draws' outputs at a time, not all of them; `decide` gives the first reason it fails."""
+
+    def __init__(self, first: list[torch.Tensor], cfg: ExecutionConfig):
+        self.first = first
+        self.cfg = cfg
+        self.ranges: list[tuple[int, float, float, float]] = []  # (numel, min, max, mean); min/max NaN where any is
+        self.complex_finite = True
+        self.agreeing: list[int] = []  # draws whose outputs agree with the first's within tolerance
+        self.draws = 0
+        self._reduce(first)
+
+    def _reduce(self, out: list[torch.Tensor]) -> None:
+        self.draws += 1
+        for t in out:
             if t.is_floating_point() and t.numel():
                 lo, hi = torch.aminmax(t)
-                ranges.append((t, float(lo), float(hi)))
-    return ranges
+                mean = float(t.mean()) if t.numel() > 1 else float(lo)
+                self.ranges.append((t.numel(), float(lo), float(hi), mean))
+            elif t.is_complex() and not bool(torch.isfinite(t).all()):
+                self.complex_finite = False
+
+    def add(self, out: list[torch.Tensor]) -> None:
+        if outputs_close(out, self.first, self.cfg.atol, self.cfg.rtol):
+            self.agreeing.append(self.draws)
+        self._reduce(out)
+
+    def decide(self, rerun: list[torch.Tensor]) -> None:
+        cfg = self.cfg
+        if not self.first:
+            raise CheckFailed(RUNTIME_ERROR, "forward returns no tensor")
+        if not (self.complex_finite and all(math.isfinite(lo) and math.isfinite(hi) for _, lo, hi, _ in self.ranges)):
+            raise CheckFailed(NOT_FINITE, "an output holds NaN or infinity")
+        if not outputs_close(rerun, self.first, cfg.atol, cfg.rtol):
+            raise CheckFailed(NOT_DETERMINISTIC, "the same input gave different outputs")
+        if self.agreeing:
+            raise CheckFailed(
+                INDISTINGUISHABLE_OUTPUTS, f"outputs of input draws 0 and {self.agreeing[0]} agree within tolerance"
+            )
+        if self.ranges:
+            if all(max(-lo, hi) <= cfg.atol for _, lo, hi, _ in self.ranges):
+                raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, "outputs vanish: all zero within tolerance")
+            # assert_close's rule against a constant c is max |t - c| <= atol + rtol |c|, with c the mean: the
+            # largest |t - c| is at t's min or max. A single value is trivially constant: a scalar output (a
+            # loss, a distance) is judged across draws only.
+            spread = [(lo, hi, m) for n, lo, hi, m in self.ranges if n > 1]
+            if spread and all(max(hi - m, m - lo) <= cfg.atol + cfg.rtol * abs(m) for lo, hi, m in spread):
+                raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, "each output is a constant within tolerance")
 
 
-def _check_distinguishable(outs: list[list[torch.Tensor]], cfg: ExecutionConfig, ranges: list) -> None:
-    for j in range(1, len(outs)):
-        if outputs_close(outs[j], outs[0], cfg.atol, cfg.rtol):
-            raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, f"outputs of input draws 0 and {j} agree within tolerance")
-    if ranges:
-        if all(max(-lo, hi) <= cfg.atol for _, lo, hi in ranges):
-            raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, "outputs vanish: all zero within tolerance")
-        # assert_close's rule against a constant c is max |t - c| <= atol + rtol |c|, with c the mean: the
-        # largest |t - c| is at t's min or max. A single value is trivially constant: a scalar output (a loss,
-        # a distance) is judged across draws only.
-        spread = [(t, lo, hi) for t, lo, hi in ranges if t.numel() > 1]
-        if spread and all(
-            max(hi - (m := float(t.mean())), m - lo) <= cfg.atol + cfg.rtol * abs(m) for t, lo, hi in spread
-        ):
-            raise CheckFailed(INDISTINGUISHABLE_OUTPUTS, "each output is a constant within tolerance")
-
-
-def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None, exclusive: bool = False) -> Verdict:
+def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -> Verdict:
     """Every execution check of one task, in-process; `WorkerPool` calls this inside its workers.
 
     `device_lock`, shared by the workers of one GPU, is held while the task runs on the device: alone for its
     timings, since kernels of two processes on one GPU slow each other, which would make a task's measured time
-    depend on its neighbour; in its shared mode (alone too, unless the lock has several slots) for its checks.
-    Loading, and compiling (mostly CPU), overlap freely; with `exclusive` the lock is held for the whole task,
-    so no other task's device work runs meanwhile. Every verdict carries `phase_s`,
-    the seconds spent in each of `PHASES`."""
-    lock = device_lock or contextlib.nullcontext()
-    outer, inner = (lock, contextlib.nullcontext()) if exclusive else (contextlib.nullcontext(), lock)
+    depend on its neighbour; in its shared mode (alone too, unless the lock has several slots) for the rest of
+    its device work. Loading and compiling (host work) hold nothing. Every verdict carries `phase_s`, the
+    seconds spent in each of `PHASES`."""
     clock = _PhaseClock()
     try:
-        with warnings.catch_warnings(), outer:
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a task's own warnings (deprecated spellings) say nothing about it
-            verdict = Verdict(KEEP, "", _checks(source, seed, cfg, inner, clock))
+            verdict = Verdict(KEEP, "", _checks(source, seed, cfg, device_lock or contextlib.nullcontext(), clock))
     except CheckFailed as failed:
         verdict = failed.verdict
     except Exception as e:
@@ -337,16 +373,12 @@ def _check_window(measurements: dict[str, Any], window: tuple[float, float]) -> 
 
 
 def _check_outputs(outs: list[list[torch.Tensor]], rerun: list[torch.Tensor], cfg: ExecutionConfig) -> None:
-    if not outs[0]:
-        raise CheckFailed(RUNTIME_ERROR, "forward returns no tensor")
-    ranges = _float_ranges(outs)
-    if not all(math.isfinite(lo) and math.isfinite(hi) for _, lo, hi in ranges) or any(
-        t.is_complex() and not bool(torch.isfinite(t).all()) for o in outs for t in o
-    ):
-        raise CheckFailed(NOT_FINITE, "an output holds NaN or infinity")
-    if not outputs_close(rerun, outs[0], cfg.atol, cfg.rtol):
-        raise CheckFailed(NOT_DETERMINISTIC, "the same input gave different outputs")
-    _check_distinguishable(outs, cfg, ranges)
+    """Every output check of the draws `outs` and the rerun of the first; raises CheckFailed with the first
+    reason they fail."""
+    judged = _Outputs(outs[0], cfg)
+    for out in outs[1:]:
+        judged.add(out)
+    judged.decide(rerun)
 
 
 def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _PhaseClock) -> dict[str, Any]:
@@ -375,25 +407,29 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
         with torch.no_grad():
             with clock("first_forward"):
                 inputs = _draw(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
-                outs = [flatten_outputs(model(*inputs))]  # untimed: the first use of the task's memory and kernels
+                first = flatten_outputs(model(*inputs))  # untimed: the first use of the task's memory and kernels
                 if cuda:
                     torch.cuda.synchronize()  # its device work counted here, not in the next phase
+            with clock("output_checks"):
+                judged = _Outputs(first, cfg)
             with clock("eager_checks"):
                 samples = []
                 for i in range(1, cfg.num_draws):
                     out, ms = _timed_forward(model, _draw(task, seed, i, device), cuda)
-                    outs.append(flatten_outputs(out))
                     samples.append(ms)
                     if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
                         measurements["eager_ms"] = ms
                         _check_window(measurements, cfg.runtime_window_ms)
+                    with clock("output_checks"):
+                        judged.add(flatten_outputs(out))
+                    del out
                 rerun, ms = _timed_forward(model, inputs, cuda)
                 samples.append(ms)
             with clock("output_checks"):
-                _check_outputs(outs, flatten_outputs(rerun), cfg)
-            eager_out = outs[0]
+                judged.decide(flatten_outputs(rerun))
+            eager_out = first
             measurements["output_shapes"] = [list(t.shape) for t in eager_out]
-            del outs, rerun
+            del judged, rerun
             measurements["eager_ms"] = statistics.median(samples)
     if not cuda:
         _check_window(measurements, cfg.runtime_window_ms)
@@ -406,25 +442,42 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
     return _cuda_timings(model, inputs, eager_out, cfg, device_lock, clock, measurements)
 
 
-def _profiled_ms(fn, inputs: list, iters: int, phase: str, device_lock, clock: _PhaseClock) -> float:
-    """The paper's measure of `fn`: `iters` profiled forwards holding the GPU alone."""
-    prof = _profile(fn, inputs, iters, phase, clock.holding(device_lock), clock)
+def _profiled_ms(runs: list[tuple], inputs: list, iters: int, device_lock, clock: _PhaseClock) -> list[float]:
+    """The paper's measure of each (fn, phase) of `runs`: `iters` profiled forwards, all in one hold of the GPU
+    alone."""
+    profiles = _profile(runs, inputs, iters, clock.holding(device_lock), clock)
     with clock("profile_parse"):
-        return device_ms(prof, iters)
+        return [device_ms(prof, iters) for prof in profiles]
 
 
 def _cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock: _PhaseClock,
                   measurements: dict[str, Any], timer=_profiled_ms) -> dict[str, Any]:  # fmt: skip
-    """CUDA, once the checks passed: the eager timing, which decides the window; only a task inside it is
-    compiled, checked against eager (sharing the GPU) and timed compiled. Each timing holds the GPU alone for
-    its forwards only (the checks' forwards were the eager warm-up). `timer(fn, inputs, iters, phase, lock,
-    clock)` is the measure, in ms."""
+    """CUDA, once the checks passed: the eager timing decides the window, and a task inside it is compiled,
+    checked against eager (sharing the GPU) and timed compiled. A task whose checks' events put it
+    COMPILE_FIRST_MARGIN inside the window is compiled first, so that both timings take one hold of the GPU
+    (each hold drains the tasks sharing it); any other is compiled only once its eager timing is in. Each
+    timing holds the GPU alone for its forwards only (the checks' forwards were the eager warm-up). `timer(runs,
+    inputs, iters, lock, clock)` is the measure of each (fn, phase), in ms."""
     iters = timed_iters(cfg.iters, measurements["eager_ms"])
-    measurements["eager_ms"] = timer(model, inputs, iters, "eager_timing", device_lock, clock)
+    eager = (model, "eager_timing")
+    if cfg.compile_check and measurements["eager_ms"] >= COMPILE_FIRST_MARGIN * cfg.runtime_window_ms[0]:
+        try:
+            compiled = _compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements)
+        except CheckFailed as failed:
+            if failed.verdict.reason == OUT_OF_MEMORY or is_fatal_cuda_error(failed.verdict):
+                raise  # nothing more can run here (the pool retries the first alone)
+            (measurements["eager_ms"],) = timer([eager], inputs, iters, device_lock, clock)
+            _check_window(measurements, cfg.runtime_window_ms)  # the window is told before the compile's failure
+            raise CheckFailed(failed.verdict.reason, failed.verdict.detail, measurements) from None
+        both = timer([eager, (compiled, "compiled_timing")], inputs, iters, device_lock, clock)
+        measurements["eager_ms"], measurements["compile_ms"] = both
+        _check_window(measurements, cfg.runtime_window_ms)
+        return measurements
+    (measurements["eager_ms"],) = timer([eager], inputs, iters, device_lock, clock)
     _check_window(measurements, cfg.runtime_window_ms)
     if cfg.compile_check:
         compiled = _compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements)
-        measurements["compile_ms"] = timer(compiled, inputs, iters, "compiled_timing", device_lock, clock)
+        (measurements["compile_ms"],) = timer([(compiled, "compiled_timing")], inputs, iters, device_lock, clock)
     return measurements
 
 

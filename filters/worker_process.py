@@ -237,8 +237,9 @@ def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tup
 
 
 def _alone(source: str, seed: int, cfg, setup: WorkerSetup):
-    """A task that ran out of memory beside the other workers of its GPU, once more holding the GPU throughout,
-    under the whole budget: other workers' tensors may have been what was missing."""
+    """A task that ran out of memory beside the other workers of its GPU, once more under the whole budget, all
+    of its device work holding the GPU alone: other tasks' device work may have taken what it missed. Its
+    compiling holds nothing, so the other workers of the GPU are not kept waiting through it."""
     import torch
 
     from filters.execution import run_checks
@@ -246,8 +247,8 @@ def _alone(source: str, seed: int, cfg, setup: WorkerSetup):
 
     torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
     try:
-        with setup.device_lock.unwatched_holds():  # the lock is held while it compiles, too
-            return run_checks(source, seed, cfg, setup.device_lock, exclusive=True)
+        with setup.device_lock.alone():
+            return run_checks(source, seed, cfg, setup.device_lock)
     finally:
         torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, workers_per_gpu(cfg)))
 

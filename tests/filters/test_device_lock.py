@@ -88,6 +88,31 @@ def test_with_one_slot_a_device_locks_shared_mode_is_exclusive(tmp_path):
     thread_b.join(5)
 
 
+def test_within_alone_a_processs_shared_holds_are_exclusive(tmp_path):
+    """A task retried after running out of memory beside others: its device work shares the GPU with nobody."""
+    import contextlib
+
+    from filters.device_lock import DeviceLock
+
+    path = str(tmp_path / "gpu0")
+
+    @contextlib.contextmanager
+    def alone_shared():
+        lock = DeviceLock(path, slots=3)
+        with lock.alone(), lock.shared():
+            yield
+
+    a, release_a, thread_a = _enter_in_thread(alone_shared)
+    assert a.wait(5)
+    b, release_b, thread_b = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
+    assert not b.wait(0.3), "a shared holder waits while one holds the GPU alone"
+    release_a.set()
+    assert b.wait(5)
+    release_b.set()
+    thread_a.join(5)
+    thread_b.join(5)
+
+
 def test_a_device_lock_reports_its_holds_and_waits(tmp_path):
     from filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock
 
