@@ -78,7 +78,8 @@ def unfinished_copy(reference: Path, dest: Path) -> Path:
         path.unlink()
     for round_dir in (dest / ".opsynth").glob("round-*"):
         if round_dir.name == "round-00000":
-            for name in ("_SUCCESS", "accepted-*", "rejected-execute-*", "stage_work_s.json", "selected.jsonl"):
+            for name in ("_SUCCESS", "accepted-*", "rejected-execute-*", "stage_work_s.json", "checkpointed.json",
+                         "selected.jsonl"):
                 for path in round_dir.glob(name):
                     path.unlink()
         else:

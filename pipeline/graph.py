@@ -48,23 +48,26 @@ PREPARED = "prepared"  # the candidates of a round that the CPU stages passed, a
 PREPARE_REJECTED = "rejected-prepare"
 EXECUTE_REJECTED = "rejected-execute"
 ACCEPTED = "accepted"
+# What a finished round leaves for the dedup of the rounds after it: the normalized-program keys it executed,
+# one per line, and the rows it selected per operator graph, as `[source, graph, rows]` lines.
+SEEN_KEYS = "seen-keys.txt"
+GRAPH_ROWS = "graph-rows.jsonl"
 
 
 def build_prepare(
     p: beam.Pipeline,
     specs: list[CandidateSpec],
     options: GenerateOptions,
-    seen_keys: frozenset[str],
+    earlier_rounds: list[str],
     round_dir: str,
     shape_config: ExecutionConfig,
     graph_caps: dict[str, int] | None = None,
-    graph_rows: dict[tuple[str, str], int] | None = None,
     shape_pool: Shared | None = None,
     sizing: Sizing | None = None,
 ) -> None:
     """A round's CPU stages: specs in, `PREPARED` candidates and `PREPARE_REJECTED` rejections out. The shape
     check runs its candidates in worker processes of `shape_config` (shared through `shape_pool`), and sizes
-    them by `sizing` where given."""
+    them by `sizing` where given; the dedup reads what the `earlier_rounds` (their folders) left."""
     workload = options.sizes
     composed = (
         p
@@ -75,7 +78,11 @@ def build_prepare(
     clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
         options.kernelbench, options.similarity_threshold, options.jaccard_threshold
     )
-    unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(seen_keys, graph_caps, graph_rows)
+    unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(
+        graph_caps,
+        [f"{d}/{SEEN_KEYS}" for d in earlier_rounds],
+        [f"{d}/{GRAPH_ROWS}" for d in earlier_rounds],
+    )
     rejected = tuple(s[REJECTED] for s in (composed, shaped, clean, unique)) | "AllRejections" >> beam.Flatten()
     _ = unique[KEPT] | "WritePrepared" >> WriteRecords(f"{round_dir}/{PREPARED}")
     _ = rejected | "WriteRejected" >> WriteRecords(f"{round_dir}/{PREPARE_REJECTED}")

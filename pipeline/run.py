@@ -30,6 +30,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils.shared import Shared
 
+from filters.dedup import op_graph_hash
 from filters.execution import ExecutionConfig, device_name
 from filters.gpu_busy import GpuBusyMonitor
 from filters.reasons import one_line
@@ -62,8 +63,10 @@ from pipeline.errors import OpsynthError, UsageError
 from pipeline.graph import (
     ACCEPTED,
     EXECUTE_REJECTED,
+    GRAPH_ROWS,
     PREPARE_REJECTED,
     PREPARED,
+    SEEN_KEYS,
     build_execute,
     build_prepare,
 )
@@ -82,7 +85,10 @@ PREPARE_WORK_FILE = "prepare_work_s.json"
 PLAN_FILE = "plan.json"  # candidates per data source: written before the round's work, followed when it resumes
 SELECTED_SPOOL = "selected.jsonl"  # the round's rows, by id
 REJECTED_SPOOL = "rejections.jsonl"  # the round's rejections (its stages' and the selection's), by order
-PROGRESS_DIR = "progress"  # the execution stage's checkpoints, shared by the rounds of a run
+# The execution stage's checkpoints, a folder per round outside the round's own (which a redo of its CPU stages
+# empties), so that a stage looks up its own round's and nothing grows with the run.
+PROGRESS_DIR = "progress"
+CHECKPOINTED_FILE = "checkpointed.json"  # a finished round's checkpointed verdicts and their phases' seconds
 MIN_CANDIDATES_PER_ROUND = 4
 # A round's CPU stages run on several processes (at most PREPARE_PROCESSES, at least 4 cores) from this many
 # candidates: on 2 cores, or for 500 candidates, starting the processes cost more than they saved.
@@ -190,7 +196,7 @@ def _round_results(
     specs,
     options,
     execution,
-    seen_keys,
+    earlier_rounds,
     selector,
     round_dir,
     work_root,
@@ -207,13 +213,17 @@ def _round_results(
         log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
         if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
             log(f"round {r}: its CPU stages were done; resuming at its execution")
-        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log, sizing)
+        _run_round(
+            specs, options, execution, earlier_rounds, selector, round_dir, work_root, beam_args, pools, log, sizing
+        )
     records = _round_records(round_dir, len(specs))
     if records is None:
         log(f"round {r}: its records are damaged or miss some of its {len(specs)} candidates; running it again")
         for marker in (DONE_MARKER, PREPARED_MARKER):
             workfiles.delete(workfiles.join(round_dir, marker))
-        _run_round(specs, options, execution, seen_keys, selector, round_dir, work_root, beam_args, pools, log, sizing)
+        _run_round(
+            specs, options, execution, earlier_rounds, selector, round_dir, work_root, beam_args, pools, log, sizing
+        )
         resumed, records = False, _round_records(round_dir, len(specs))
         if records is None:
             raise OpsynthError(f"round {r}'s records do not account for its {len(specs)} candidates")
@@ -276,7 +286,7 @@ def _run_round(
     specs,
     options,
     execution,
-    seen_keys,
+    earlier_rounds,
     selector: Selector,
     round_dir: str,
     work_root: str,
@@ -299,11 +309,10 @@ def _run_round(
                 p,
                 specs,
                 options,
-                seen_keys,
+                earlier_rounds,
                 round_dir,
                 pools.shape_config if args is beam_args else shape_check_config(execution),
                 selector.graph_caps(),
-                selector.graph_rows(),
                 pools.shapes,
                 sizing,
             ),
@@ -329,7 +338,7 @@ def _run_round(
     for leftover in (f"{ACCEPTED}-*", f"{EXECUTE_REJECTED}-*", "beam-temp-*"):
         workfiles.delete_matching(workfiles.join(round_dir, leftover))
     prepared_files = workfiles.match(prepared)
-    progress = workfiles.join(work_root, PROGRESS_DIR)
+    progress = _progress_dir(work_root, round_dir)
     workfiles.mkdirs(progress)
     work = workfiles.read_json(workfiles.join(round_dir, PREPARE_WORK_FILE), {})
     executed = _run_pipeline(
@@ -338,7 +347,30 @@ def _run_round(
     for stage, seconds in executed.items():
         work[stage] = work.get(stage, 0.0) + seconds
     workfiles.write_text(workfiles.join(round_dir, WORK_FILE), json.dumps(work, sort_keys=True))
+    checkpointed = ExecutionProgress(progress).load()
+    summary = {"verdicts": len(checkpointed.done), "phase_s": checkpointed.phase_totals()}
+    workfiles.write_text(workfiles.join(round_dir, CHECKPOINTED_FILE), json.dumps(summary, sort_keys=True))
     workfiles.write_text(workfiles.join(round_dir, DONE_MARKER), "")
+
+
+def _progress_dir(work_root: str, round_dir: str) -> str:
+    return workfiles.join(work_root, PROGRESS_DIR, round_dir.rstrip("/").rsplit("/", 1)[-1])
+
+
+def _checkpointed(work_root: str, round_dirs: list[str]) -> tuple[int, dict[str, float]]:
+    """The run's checkpointed verdicts and their phases' seconds, summed from each round's summary (from its
+    checkpoints where a round has none), so the end of a run reads one small file per round."""
+    verdicts, totals = 0, Counter()
+    for round_dir in round_dirs:
+        summary = workfiles.read_json(workfiles.join(round_dir, CHECKPOINTED_FILE))
+        try:
+            count, phases = int(summary["verdicts"]), {phase: float(s) for phase, s in summary["phase_s"].items()}
+        except (TypeError, KeyError, ValueError, AttributeError):  # missing or damaged: from the checkpoints
+            done = ExecutionProgress(_progress_dir(work_root, round_dir)).load()
+            count, phases = len(done.done), done.phase_totals()
+        verdicts += count
+        totals.update(phases)
+    return verdicts, dict(totals)
 
 
 def _prepare_args(beam_args: list[str], candidates: int) -> list[str]:
@@ -420,6 +452,19 @@ def _timed_predictions(accepted: list[Candidate], rejected: list[Rejection]) -> 
     ]
 
 
+def _leave_for_later_rounds(
+    round_dir: str, accepted: list[Candidate], rejected: list[Rejection], chosen: list[Candidate]
+) -> None:
+    """What the dedup of later rounds reads of this one (see graph.SEEN_KEYS, GRAPH_ROWS): the keys of the
+    programs it executed, and its selected rows per operator graph of the torch data sources. Written again
+    whenever the round is passed, resumed or not, so a damaged file mends with the next run."""
+    executed = [*accepted, *(x.candidate for x in rejected if x.stage == "execute")]
+    workfiles.write_text(workfiles.join(round_dir, SEEN_KEYS), "".join(f"{c.dedup_key}\n" for c in executed))
+    graphs = Counter((c.data_source, op_graph_hash(c.ops)) for c in chosen if c.data_source != "transformers")
+    rows = "".join(json.dumps([s, g, n]) + "\n" for (s, g), n in sorted(graphs.items()))
+    workfiles.write_text(workfiles.join(round_dir, GRAPH_ROWS), rows)
+
+
 def _executions(accepted: list[Candidate], rejected: list[Rejection]) -> int:
     """Executions a round's candidates took: one each that reached the execution stage, and one per re-measure
     of its calibration."""
@@ -456,7 +501,6 @@ def _generate(
     dropped: Counter = Counter()  # (stage, reason) -> rejections
     accepted_total = 0
     tried: Counter = Counter()
-    seen_keys: set[str] = set()
     rounds: list[dict] = []
     round_dirs: list[str] = []
     started = time.monotonic()
@@ -491,14 +535,13 @@ def _generate(
             ]
             t0 = time.monotonic()
             new_accepted, new_rejected, resumed = _round_results(
-                r, plan, specs, options, execution, frozenset(seen_keys), selector, round_dir, work_root, beam_args,
+                r, plan, specs, options, execution, list(round_dirs), selector, round_dir, work_root, beam_args,
                 pools, log, _sizing(options, timed, log),
             )  # fmt: skip
             timed += _timed_predictions(new_accepted, new_rejected)
-            seen_keys.update(c.dedup_key for c in new_accepted)
-            seen_keys.update(x.candidate.dedup_key for x in new_rejected if x.stage == "execute")
             tried.update(plan)
             chosen, skipped = selector.admit(new_accepted)
+            _leave_for_later_rounds(round_dir, new_accepted, new_rejected, chosen)
             rejections = sorted([*new_rejected, *skipped], key=lambda x: x.candidate.order)
             workfiles.write_jsonl(workfiles.join(round_dir, SELECTED_SPOOL), sorted(chosen, key=lambda c: c.id))
             workfiles.write_jsonl(workfiles.join(round_dir, REJECTED_SPOOL), rejections)
@@ -568,7 +611,7 @@ def _generate(
     rejected_shards = write_shards(
         rejected_rows, REJECTED_SCHEMA, out / "rejected", "rejected", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS
     )
-    checkpointed = ExecutionProgress(workfiles.join(work_root, PROGRESS_DIR)).load()
+    checkpointed = _checkpointed(work_root, round_dirs)
     session.write(finished=True)  # its work done but for writing what follows
     stats = build_stats(
         options=options,
@@ -579,7 +622,7 @@ def _generate(
         accepted_total=accepted_total,
         dropped=dropped,
         rounds=rounds,
-        checkpointed=(len(checkpointed.done), checkpointed.phase_totals()),
+        checkpointed=checkpointed,
         wall_s=time.monotonic() - started,
         sessions=read_sessions(work_root),
         device=device_name(options.device),

@@ -47,10 +47,6 @@ class Selector:
         """The cap on rows per operator graph of each torch data source."""
         return {s: rows_per_graph(s, n) for s, n in self.quota.items() if s != "transformers"}
 
-    def graph_rows(self) -> dict[tuple[str, str], int]:
-        """Rows selected so far per (data source, operator graph)."""
-        return {(s, g): n for s, f in self.filters.items() for g, n in f.graphs.items()}
-
     def missing(self) -> dict[str, int]:
         return {s: n - self.rows[s] for s, n in self.quota.items() if self.rows[s] < n}
 

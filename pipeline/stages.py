@@ -7,6 +7,7 @@ both per reason, so the top of the pipeline reads as a short chain of labelled s
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import sys
 import time
@@ -43,6 +44,7 @@ from pipeline.records import Candidate, CandidateSpec, Rejection
 
 KEPT = "kept"
 REJECTED = "rejected"
+MEMBERS, EARLIER = "members", "earlier"  # the sides of a join of this round's candidates with earlier rounds' state
 COUNTER_NAMESPACE = "opsynth"
 TIME_SUFFIX = "_work_us"
 CHECKPOINT_EVERY_S = 30.0  # the execution stage writes its finished results at least this often
@@ -279,12 +281,12 @@ class DecontaminateAgainstKernelBench(beam.PTransform):
 
 
 class _DedupGroupFn(beam.DoFn):
-    def __init__(self, seen_keys: frozenset[str]):
-        self.seen_keys = seen_keys
-
-    def process(self, group: tuple[str, Iterable[Candidate]]) -> Iterator:
-        key, members = group
-        kept, dropped = split_group(members, lambda c: c.order, key in self.seen_keys)
+    def process(self, group: tuple[str, dict[str, Iterable]]) -> Iterator:
+        _, joined = group
+        members = list(joined[MEMBERS])
+        if not members:
+            return  # a key of an earlier round alone
+        kept, dropped = split_group(members, lambda c: c.order, any(True for _ in joined[EARLIER]))
         if kept is not None:
             Metrics.counter(COUNTER_NAMESPACE, "dedup_kept").inc()
             yield kept
@@ -295,14 +297,15 @@ class _DedupGroupFn(beam.DoFn):
 class _GraphRoomFn(beam.DoFn):
     """Of the candidates sharing one operator graph, the lowest indices that selection could still take."""
 
-    def __init__(self, caps: dict[str, int], graph_rows: dict[tuple[str, str], int]):
+    def __init__(self, caps: dict[str, int]):
         self.caps = caps
-        self.graph_rows = graph_rows
 
-    def process(self, group: tuple[tuple[str, str], Iterable[Candidate]]) -> Iterator:
-        (source, graph), members = group
-        ordered = sorted(members, key=lambda c: c.index)
-        taken = self.graph_rows.get((source, graph), 0)
+    def process(self, group: tuple[tuple[str, str], dict[str, Iterable]]) -> Iterator:
+        (source, _), joined = group
+        ordered = sorted(joined[MEMBERS], key=lambda c: c.index)
+        if not ordered:
+            return  # a graph of earlier rounds alone
+        taken = sum(joined[EARLIER])
         room = max(0, self.caps[source] - taken) if source in self.caps else len(ordered)
         yield from ordered[:room]
         for c in ordered[room:]:
@@ -315,35 +318,54 @@ def _graph_key(c: Candidate) -> tuple[tuple[str, str], Candidate]:
     return ((c.data_source, c.id if c.data_source == "transformers" else op_graph_hash(c.ops)), c)
 
 
+def _graph_rows_entry(line: str) -> list[tuple[tuple[str, str], int]]:
+    """((data source, operator graph), rows) of one line of a graph-rows file; nothing for a damaged line (the
+    selection enforces the cap itself: this only spares the GPU work of candidates it would skip)."""
+    try:
+        source, graph, rows = json.loads(line)
+        return [((str(source), str(graph)), int(rows))]
+    except (ValueError, TypeError):
+        return []
+
+
 class DedupWithinSet(beam.PTransform):
-    """Keep one candidate per normalized program, also across the run's earlier rounds (`seen_keys`); then, of
-    the candidates sharing an operator graph, only as many as the selection could still take (`caps` per data
-    source, less `graph_rows` already selected), so that no GPU time goes to rows the selection would skip."""
+    """Keep one candidate per normalized program, also across the run's earlier rounds (the keys in
+    `seen_files`, one per line); then, of the candidates sharing an operator graph, only as many as the selection
+    could still take (`caps` per data source, less the rows already selected: the `[source, graph, rows]` lines
+    of `graph_files`), so that no GPU time goes to rows the selection would skip. The earlier rounds' state is
+    read from files and joined by key, so the pipeline's graph stays the same size however long the run."""
 
     def __init__(
-        self,
-        seen_keys: frozenset[str],
-        caps: dict[str, int] | None = None,
-        graph_rows: dict[tuple[str, str], int] | None = None,
+        self, caps: dict[str, int] | None = None, seen_files: Iterable[str] = (), graph_files: Iterable[str] = ()
     ):
         super().__init__()
-        self.seen_keys = seen_keys
         self.caps = caps or {}
-        self.graph_rows = graph_rows or {}
+        self.seen_files = list(seen_files)
+        self.graph_files = list(graph_files)
 
     def expand(self, candidates):
+        p = candidates.pipeline
+        seen = (
+            p
+            | "EarlierKeyFiles" >> beam.Create(self.seen_files)
+            | "ReadEarlierKeys" >> beam.io.ReadAllFromText()
+            | "KeyEarlierKeys" >> beam.FlatMap(lambda line: [(line.strip(), True)] if line.strip() else [])
+        )
+        taken = (
+            p
+            | "EarlierGraphFiles" >> beam.Create(self.graph_files)
+            | "ReadEarlierGraphRows" >> beam.io.ReadAllFromText()
+            | "ParseEarlierGraphRows" >> beam.FlatMap(_graph_rows_entry)
+        )
         unique = (
-            candidates
-            | "KeyByNormalizedCode" >> beam.Map(lambda c: (c.dedup_key, c))
-            | "GroupByNormalizedCode" >> beam.GroupByKey()
-            | "KeepFirstOfGroup" >> beam.ParDo(_DedupGroupFn(self.seen_keys)).with_outputs(REJECTED, main=KEPT)
+            {MEMBERS: candidates | "KeyByNormalizedCode" >> beam.Map(lambda c: (c.dedup_key, c)), EARLIER: seen}
+            | "GroupByNormalizedCode" >> beam.CoGroupByKey()
+            | "KeepFirstOfGroup" >> beam.ParDo(_DedupGroupFn()).with_outputs(REJECTED, main=KEPT)
         )
         limited = (
-            unique[KEPT]
-            | "KeyByOperatorGraph" >> beam.Map(_graph_key)
-            | "GroupByOperatorGraph" >> beam.GroupByKey()
-            | "KeepWhatSelectionCanTake"
-            >> beam.ParDo(_GraphRoomFn(self.caps, self.graph_rows)).with_outputs(REJECTED, main=KEPT)
+            {MEMBERS: unique[KEPT] | "KeyByOperatorGraph" >> beam.Map(_graph_key), EARLIER: taken}
+            | "GroupByOperatorGraph" >> beam.CoGroupByKey()
+            | "KeepWhatSelectionCanTake" >> beam.ParDo(_GraphRoomFn(self.caps)).with_outputs(REJECTED, main=KEPT)
         )
         rejected = (unique[REJECTED], limited[REJECTED]) | "DedupRejections" >> beam.Flatten()
         return {KEPT: limited[KEPT], REJECTED: rejected}

@@ -26,7 +26,7 @@ def reference(tiny_reference) -> Path:
 def test_damaged_checkpoints_are_named_and_run_again_never_trusted(reference, tmp_path, capsys):
     out = unfinished_copy(reference, tmp_path / "out")
     state = out / ".opsynth"
-    checkpoints = sorted((state / "progress").glob("batch-*.jsonl"))
+    checkpoints = sorted((state / "progress").glob("round-*/batch-*.jsonl"))  # each round's in its own folder
     assert len(checkpoints) >= 3
     edited, cut = checkpoints[0], checkpoints[1]
     lines = edited.read_text().splitlines()
@@ -34,16 +34,17 @@ def test_damaged_checkpoints_are_named_and_run_again_never_trusted(reference, tm
     record["candidate"]["code"] = "# never executed\n" + record["candidate"]["code"]  # still valid JSON
     edited.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
     cut.write_text(cut.read_text()[: len(cut.read_text()) // 2])  # cut mid-line
-    (state / "progress" / "batch-garbled.jsonl").write_bytes(b"\x00{not json\n")
+    garbled = edited.parent / "batch-garbled.jsonl"
+    garbled.write_bytes(b"\x00{not json\n")
     # What a full disk leaves: empty files under temporary names, where a `*.json` lookup would find them.
-    (state / "progress" / ".tmp-batch-0.jsonl").write_text("")
+    (edited.parent / ".tmp-batch-0.jsonl").write_text("")
     (state / "sessions" / ".tmp-20260101T000000-1.json").write_text("")
     (state / "sessions" / "20260101T000000-2.json").write_text('{"wall_s": ')
     capsys.readouterr()
 
     assert _generate(out) == 0
     err = capsys.readouterr().err
-    for path in (edited, cut, state / "progress" / "batch-garbled.jsonl"):
+    for path in (edited, cut, garbled):
         assert f"checkpoint {path}: " in err and "damaged record(s) ignored; their candidates run again" in err
     assert dataset_rows(out) == dataset_rows(reference)
     assert all("never executed" not in code for _, code in dataset_rows(out))

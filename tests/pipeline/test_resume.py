@@ -32,7 +32,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
     progress = killed / ".opsynth" / "progress"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and process.poll() is None:
-        if progress.exists() and len(list(progress.glob("batch-*.jsonl"))) >= 3:
+        if progress.exists() and len(list(progress.glob("round-*/batch-*.jsonl"))) >= 3:
             break
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)  # the run's own process group: its workers are sessions of their own
@@ -43,7 +43,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
         time.sleep(0.2)
     assert not running_under(tmp_path / "tmp"), "workers outlived the killed run"
     assert not (killed / "stats.json").exists()
-    checkpoints = len(list(progress.glob("batch-*.jsonl")))
+    checkpoints = len(list(progress.glob("round-*/batch-*.jsonl")))
     # Killed during the execution of round 0: its CPU stages are done and are not redone.
     round0 = killed / ".opsynth" / "round-00000"
     (prepared,) = round0.glob("prepared-*.jsonl")
@@ -56,7 +56,9 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
     assert load_dataset(str(killed), split="train")["id"] == load_dataset(str(reference), split="train")["id"]
     assert load_dataset(str(killed), split="train")["code"] == load_dataset(str(reference), split="train")["code"]
     assert checkpoints >= 3
-    keys = [json.loads(line)["key"] for f in progress.glob("batch-*.jsonl") for line in f.read_text().splitlines()]
+    keys = [
+        json.loads(line)["key"] for f in progress.glob("round-*/batch-*.jsonl") for line in f.read_text().splitlines()
+    ]
     assert len(keys) == len(set(keys)), "a checkpointed candidate was executed again"
     stats = json.loads((killed / "stats.json").read_text())
     reference_stats = json.loads((reference / "stats.json").read_text())

@@ -49,31 +49,34 @@ def test_check_shapes_routes_a_mismatch_to_rejected_with_its_reason_and_a_crash_
                     label="rejected")  # fmt: skip
 
 
-def test_dedup_keeps_the_first_of_each_program_and_drops_keys_seen_before():
+def test_dedup_keeps_the_first_of_each_program_and_drops_keys_seen_before(tmp_path):
     edited = fixtures.GOOD.replace("return torch", "# same program\n        return torch")
     candidates = [_candidate(5, fixtures.GOOD), _candidate(2, edited), _candidate(7, fixtures.CONSTANT),
                   _candidate(9, fixtures.VANISHING)]  # fmt: skip
-    seen = frozenset({_candidate(0, fixtures.VANISHING).dedup_key})
+    earlier = tmp_path / "seen-keys.txt"  # what an earlier round left: the keys it executed
+    earlier.write_text(f"{_candidate(0, fixtures.VANISHING).dedup_key}\n")
     with BeamTestPipeline() as p:
-        out = p | beam.Create(candidates) | DedupWithinSet(seen)
+        out = p | beam.Create(candidates) | DedupWithinSet(seen_files=[str(earlier)])
         assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([2, 7]))
         assert_that(out[REJECTED] | beam.Map(lambda r: (r.candidate.index, r.reason)),
                     equal_to([(5, "duplicate"), (9, "duplicate")]), label="rejected")  # fmt: skip
 
 
-def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_take():
+def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_take(tmp_path):
     from filters.dedup import op_graph_hash
 
     relu = fixtures.GOOD.replace("torch.relu", "torch.sigmoid")
     linear = [_candidate(4, fixtures.GOOD), _candidate(1, relu)]  # two programs, one graph: ("nn.Linear",)
     other = Candidate("torch#2", 3, 3, ("nn.Linear", "torch.relu"), fixtures.CONSTANT, (), "k3")
     graph = op_graph_hash(("nn.Linear",))
+    earlier = tmp_path / "graph-rows.jsonl"  # rows two earlier rounds selected per graph, and a damaged line
     for rows, kept in ((0, [1, 3]), (1, [3])):  # none selected yet: the lowest index goes; at the cap: none
+        earlier.write_text(f'["torch#1", "{graph}", {rows}]\n["torch#2", "{graph}", 5]\n["torch#1", 7\n')
         with BeamTestPipeline() as p:
             out = (
                 p
                 | beam.Create([*linear, other])
-                | DedupWithinSet(frozenset(), {"torch#1": 1, "torch#2": 1}, {("torch#1", graph): rows})
+                | DedupWithinSet({"torch#1": 1, "torch#2": 1}, graph_files=[str(earlier)])
             )
             assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to(kept))
             assert_that(out[REJECTED] | beam.Map(lambda r: (r.reason, r.stage)),
