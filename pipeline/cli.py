@@ -133,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="candidates handed to the workers at once (default: a whole round with Beam's local runner in this "
         "process, else 64 per worker; results are checkpointed every 30 s either way)",
     )
+    gen.add_argument(
+        "--accelerator",
+        help="a distributed runner: the accelerator resource hint of the execution stage alone, in the runner's "
+        "format (Dataflow: 'type:nvidia-l4;count:1;install-nvidia-driver'), so the CPU stages can run on CPU workers",
+    )
     _add_execution_args(gen)
 
     val = sub.add_parser(
@@ -389,6 +394,7 @@ def cmd_generate(args, extra: list[str]) -> int:
         mixture=mixture,
         op_weights=args.op_weights or preset["op_weights"],
         batch_size=batch_size,
+        accelerator=args.accelerator or None,
         **settings,
     )
     result = generate(options, extra)

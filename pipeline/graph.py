@@ -97,15 +97,19 @@ def build_execute(
     progress_dir: str,
     pool: Shared | None = None,
 ) -> None:
-    """A round's execution stage: the `PREPARED` files in, `ACCEPTED` candidates and `EXECUTE_REJECTED` out."""
+    """A round's execution stage: the `PREPARED` files in, `ACCEPTED` candidates and `EXECUTE_REJECTED` out. The
+    candidates are reshuffled first, so that a distributed runner spreads them over its workers whatever files
+    the CPU stages wrote them to; the execution alone carries the run's accelerator hint, if it has one."""
     candidates = (
         p
         | "PreparedFiles" >> beam.Create(prepared_files)
         | "ReadPrepared" >> beam.io.ReadAllFromText()
         | "ParsePrepared" >> beam.Map(lambda line: Candidate.from_json(unsealed(json.loads(line))))
+        | "SpreadOverWorkers" >> beam.Reshuffle()
     )
-    executed = candidates | "ExecuteCandidates" >> ExecuteCandidates(
-        execution, options.batch_size, options.sizes, progress_dir, options.op_weights, pool
-    )
+    execute = ExecuteCandidates(execution, options.batch_size, options.sizes, progress_dir, options.op_weights, pool)
+    if options.accelerator:
+        execute = execute.with_resource_hints(accelerator=options.accelerator)
+    executed = candidates | "ExecuteCandidates" >> execute
     _ = executed[KEPT] | "WriteAccepted" >> WriteRecords(f"{round_dir}/{ACCEPTED}")
     _ = executed[REJECTED] | "WriteRejected" >> WriteRecords(f"{round_dir}/{EXECUTE_REJECTED}")

@@ -34,6 +34,7 @@ class GenerateOptions:
     shared_checks: bool = True  # CUDA: a few tasks' checks may share a GPU (timings never do)
     work_dir: str | None = None  # round outputs and checkpoints, anywhere Beam can write (default DIR/.opsynth)
     max_elements: int | None = None  # the element budget where the GPU's memory sets it (else the workload's)
+    accelerator: str | None = None  # the execution stage's accelerator resource hint, in the runner's format
 
     @property
     def sizes(self) -> Workload:
@@ -47,7 +48,7 @@ class GenerateOptions:
         d.pop("out")
         d.pop("work_dir")
         d["runtime_window_ms"] = list(self.runtime_window_ms)
-        for volatile in ("workers", "batch_size", "timeout_s", "shared_checks"):
+        for volatile in ("workers", "batch_size", "timeout_s", "shared_checks", "accelerator"):
             d.pop(volatile)
         return d
 

@@ -102,3 +102,8 @@ class Rejection:
     @classmethod
     def from_json(cls, d: dict) -> Rejection:
         return cls(Candidate.from_json(d["candidate"]), d["reason"], d["stage"], d["detail"])
+
+
+def executed_candidates(accepted: list[Candidate], rejected: list[Rejection]) -> list[Candidate]:
+    """The candidates of a round that its execution stage ran: those it accepted and those it rejected."""
+    return [*accepted, *(x.candidate for x in rejected if x.stage == "execute")]

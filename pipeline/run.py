@@ -18,7 +18,6 @@ import heapq
 import json
 import math
 import os
-import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -34,7 +33,7 @@ from filters.dedup import op_graph_hash
 from filters.execution import ExecutionConfig, device_name
 from filters.gpu_busy import GpuBusyMonitor
 from filters.reasons import one_line
-from filters.workers import WorkerPool, element_budget
+from filters.workers import WorkerPool
 from operator_catalog import catalog_version
 from operator_catalog.registry import sampleable
 from outputs.card import split_info, write_card
@@ -47,7 +46,6 @@ from pipeline.config import (
     DATA_SOURCES,
     EXHAUSTION_MIN_CANDIDATES,
     EXHAUSTION_YIELD,
-    GPU_SPEED,
     INITIAL_OVERSAMPLING,
     MAX_IDLE_ROUNDS,
     MAX_ROUND_CANDIDATES,
@@ -55,7 +53,6 @@ from pipeline.config import (
     PILOT_CANDIDATES,
     ROUND_PADDING,
     ROW_GROUP_ROWS,
-    SPEED_SAMPLES,
     TIMING,
     VERSION,
 )
@@ -72,10 +69,11 @@ from pipeline.graph import (
 )
 from pipeline.options import GenerateOptions, quotas
 from pipeline.progress import ExecutionProgress
-from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed, unsealed
+from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed, executed_candidates, unsealed
 from pipeline.run_folder import FolderLock, check_config, state_dir
 from pipeline.selection import Selector
 from pipeline.sessions import SessionClock, read_sessions
+from pipeline.sizing import round_sizing, timed_predictions, with_gpu_budget
 from pipeline.stages import Sizing, stage_work_seconds
 
 DONE_MARKER = "_SUCCESS"
@@ -397,7 +395,7 @@ def runs_in_this_process(beam_args: list[str]) -> bool:
 
 def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=print) -> RunResult:
     beam_args = beam_args or []
-    options = _with_gpu_budget(options)
+    options = with_gpu_budget(options)
     out = Path(options.out)
     quota = quotas(options.num_samples, options.mixture)
     for source, n in quota.items():
@@ -416,49 +414,13 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
             return _generate(options, beam_args, log, quota, work_root, session)
 
 
-def _with_gpu_budget(options: GenerateOptions) -> GenerateOptions:
-    """The gpu workload on CUDA: its element budget set by the smallest GPU's memory (see element_budget), so
-    that a cheap chain can grow into the window; a run keeps the budget it started with (it is in its config)."""
-    if options.device != "cuda" or options.workload != "gpu" or options.max_elements is not None:
-        return options
-    import torch
-
-    smallest = min(torch.cuda.get_device_properties(d).total_memory for d in range(torch.cuda.device_count()))
-    execution = execution_config(options.device, options.runtime_window_ms, options.timeout_s,
-                                 options.compile_check, options.workers, options.shared_checks)  # fmt: skip
-    return dataclasses.replace(options, max_elements=element_budget(smallest, execution))
-
-
-def _sizing(options: GenerateOptions, timed: list[float], log=print) -> Sizing | None:
-    """How a round's candidates are sized before they run (CUDA only): at GPU_SPEED, corrected by the median of
-    `timed` once there are SPEED_SAMPLES of them."""
-    if options.device != "cuda":
-        return None
-    correction = statistics.median(timed) if len(timed) >= SPEED_SAMPLES else 1.0
-    if len(timed) >= SPEED_SAMPLES:
-        log(f"sizing: measured / predicted time {correction:.2f} (median of {len(timed)} executions)")
-    return Sizing(GPU_SPEED.scaled(correction), options.runtime_window_ms, options.sizes, options.op_weights)
-
-
-def _timed_predictions(accepted: list[Candidate], rejected: list[Rejection]) -> list[float]:
-    """Measured over predicted eager time of a round's executed candidates that ran at the sizes predicted for."""
-    executed = [*accepted, *(x.candidate for x in rejected if x.stage == "execute")]
-    return [
-        c.measurements["eager_ms"] / c.measurements["predicted_ms"]
-        for c in executed
-        if c.measurements.get("predicted_ms")
-        and "eager_ms" in c.measurements
-        and not c.measurements.get("calibration_steps")
-    ]
-
-
 def _leave_for_later_rounds(
     round_dir: str, accepted: list[Candidate], rejected: list[Rejection], chosen: list[Candidate]
 ) -> None:
     """What the dedup of later rounds reads of this one (see graph.SEEN_KEYS, GRAPH_ROWS): the keys of the
     programs it executed, and its selected rows per operator graph of the torch data sources. Written again
     whenever the round is passed, resumed or not, so a damaged file mends with the next run."""
-    executed = [*accepted, *(x.candidate for x in rejected if x.stage == "execute")]
+    executed = executed_candidates(accepted, rejected)
     workfiles.write_text(workfiles.join(round_dir, SEEN_KEYS), "".join(f"{c.dedup_key}\n" for c in executed))
     graphs = Counter((c.data_source, op_graph_hash(c.ops)) for c in chosen if c.data_source != "transformers")
     rows = "".join(json.dumps([s, g, n]) + "\n" for (s, g), n in sorted(graphs.items()))
@@ -468,7 +430,7 @@ def _leave_for_later_rounds(
 def _executions(accepted: list[Candidate], rejected: list[Rejection]) -> int:
     """Executions a round's candidates took: one each that reached the execution stage, and one per re-measure
     of its calibration."""
-    executed = [*accepted, *(x.candidate for x in rejected if x.stage == "execute")]
+    executed = executed_candidates(accepted, rejected)
     return sum(1 + c.measurements.get("calibration_steps", 0) for c in executed)
 
 
@@ -536,9 +498,9 @@ def _generate(
             t0 = time.monotonic()
             new_accepted, new_rejected, resumed = _round_results(
                 r, plan, specs, options, execution, list(round_dirs), selector, round_dir, work_root, beam_args,
-                pools, log, _sizing(options, timed, log),
+                pools, log, round_sizing(options, timed, log),
             )  # fmt: skip
-            timed += _timed_predictions(new_accepted, new_rejected)
+            timed += timed_predictions(new_accepted, new_rejected)
             tried.update(plan)
             chosen, skipped = selector.admit(new_accepted)
             _leave_for_later_rounds(round_dir, new_accepted, new_rejected, chosen)

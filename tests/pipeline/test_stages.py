@@ -165,3 +165,33 @@ def _predicted(code: str, speed) -> float:
     from filters.shape_check import check_shapes
 
     return speed.predicted_ms(check_shapes(code).measurements["cost"])
+
+
+def test_only_the_execution_carries_the_accelerator_hint_and_its_candidates_are_reshuffled():
+    """A distributed runner may then run the CPU stages on CPU workers, and spreads a round's candidates."""
+    from pipeline.config import OPS6K_MIXTURE
+    from pipeline.graph import build_execute, build_prepare
+    from pipeline.options import GenerateOptions
+    from pipeline.run import execution_config, shape_check_config
+
+    hint = "type:nvidia-l4;count:1;install-nvidia-driver"
+    options = GenerateOptions(
+        out="o", num_samples=20, seed=1, preset="ops6k", mixture=OPS6K_MIXTURE, op_weights="ops6k", device="cpu",
+        workload="tiny", runtime_window_ms=(0.005, 50.0), kernelbench="embedded", similarity_threshold=0.9,
+        jaccard_threshold=0.85, compile_check=False, timeout_s=60, workers=2, batch_size=64, accelerator=hint,
+    )  # fmt: skip
+    execution = execution_config("cpu", (0.005, 50.0), 60, False, 2)
+    prepare, execute = beam.Pipeline(), beam.Pipeline()
+    build_prepare(prepare, [CandidateSpec("torch#1", 0, 0)], options, [], "r", shape_check_config(execution))
+    build_execute(execute, ["r/prepared-0.jsonl"], options, execution, "r", "progress")
+    hinted, names = set(), set()
+    for p in (prepare, execute):
+        proto = p.to_runner_api()
+        for transform in proto.components.transforms.values():
+            names.add(transform.unique_name)
+            environment = proto.components.environments.get(transform.environment_id)
+            if environment is not None and environment.resource_hints:
+                assert environment.resource_hints["beam:resources:accelerator:v1"] == hint.encode()
+                hinted.add(transform.unique_name.split("/")[0])
+    assert hinted == {"ExecuteCandidates"}
+    assert "SpreadOverWorkers" in names
