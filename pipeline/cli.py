@@ -149,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_input_args(val)
     val.add_argument("--sample", type=int, help="validate this many of the tasks, drawn at random")
     val.add_argument("--sample-seed", type=int, default=0, help="seeds the --sample draw (default 0)")
+    val.add_argument(
+        "--exit-zero", action="store_true", help="exit 0 even where tasks fail (by default a failing task exits 1)"
+    )
     _add_execution_args(val)
 
     sim = sub.add_parser(
@@ -431,7 +434,7 @@ def cmd_validate(args) -> int:
     recorded = compare_recorded(results, recorded_eager_ms(args.input))
     if recorded:
         print(recorded)
-    return 0
+    return 0 if args.exit_zero or all(r.verdict.kept for r in results) else 1
 
 
 def cmd_similarity(args) -> int:
@@ -628,6 +631,14 @@ def _quiet_optional_beam_clients(record: logging.LogRecord) -> bool:
     return "apitools not found" not in record.getMessage()
 
 
+def _traceback_if(debug: bool) -> None:
+    """With --debug, the traceback of the error being handled; the exit code stays what it is without."""
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.getLogger().addFilter(_quiet_optional_beam_clients)
     argv = sys.argv[1:] if argv is None else argv
@@ -636,13 +647,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv)
     except UsageError as e:
-        if debug:
-            raise
+        _traceback_if(debug)
         print(f"opsynth: error: {e}", file=sys.stderr)
         return 2
     except OpsynthError as e:
-        if debug:
-            raise
+        _traceback_if(debug)
         print(f"opsynth: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:
@@ -653,8 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         print("opsynth: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
     except Exception as e:
-        if debug:
-            raise
+        _traceback_if(debug)
         if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e):
             print("opsynth: error: no space left on device; free some, then run the same command again (generate "
                   "resumes where it stopped)", file=sys.stderr)  # fmt: skip

@@ -12,6 +12,8 @@ from operator_catalog.entry import Workload
 from pipeline.config import DATA_SOURCES, MIXTURE_ALIASES, PRESETS, WORKLOADS
 from pipeline.errors import UsageError
 
+MIXTURE_SLACK = 0.1  # percent by which --mixture's shares may miss 100 (thirds written as 33.33)
+
 
 @dataclass(frozen=True)
 class GenerateOptions:
@@ -75,8 +77,10 @@ def parse_mixture(text: str) -> dict[str, float]:
             raise UsageError(f"--mixture: {name} is given twice")
         shares[source] = share
     total = sum(shares.values())
-    if total <= 0:
-        raise UsageError("--mixture: shares must add up to more than 0, e.g. --mixture torch2=100")
+    if abs(total - 100.0) > MIXTURE_SLACK:
+        raise UsageError(
+            f"--mixture: the shares add up to {total:g}, not 100; give percentages, e.g. --mixture torch1=20,torch2=80"
+        )
     return {s: shares.get(s, 0.0) * 100.0 / total for s in DATA_SOURCES}
 
 

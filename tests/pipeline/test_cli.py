@@ -126,7 +126,7 @@ def test_validate_reports_one_line_per_task_with_the_first_reason(tmp_path, caps
     argv = ["validate", str(tasks), "--device", "cpu", "--runtime-window-ms", "0,100", "--timeout-s", "20",
             "--no-compile-check", "--workers", "2", "--report", str(report)]  # fmt: skip
     code, stdout, _ = _run(capsys, argv)
-    assert code == 0
+    assert code == 1  # some tasks fail
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     verdicts = {line["task"]: line["verdict"] for line in lines}
     assert verdicts == {
@@ -139,6 +139,9 @@ def test_validate_reports_one_line_per_task_with_the_first_reason(tmp_path, caps
     good = next(line for line in lines if line["task"] == "good.py")
     assert good["eager_ms"] > 0 and good["kb_nearest"].startswith("level")
     assert "5 tasks: 1 keep" in stdout
+    assert _run(capsys, [*argv, "--exit-zero"])[0] == 0  # the old behaviour, asked for
+    (tasks / "good.py").rename(tmp_path / "good.py")
+    assert _run(capsys, ["validate", str(tmp_path / "good.py"), *argv[2:-2]])[0] == 0  # every task keeps
 
 
 def test_validate_re_measures_a_sample_of_a_generated_set(tmp_path, capsys):
@@ -152,7 +155,7 @@ def test_validate_re_measures_a_sample_of_a_generated_set(tmp_path, capsys):
     argv = ["validate", str(tmp_path / "set"), "--device", "cpu", "--runtime-window-ms", "0,100", "--timeout-s",
             "20", "--no-compile-check", "--workers", "1", "--report", str(report)]  # fmt: skip
     code, stdout, _ = _run(capsys, argv)
-    assert code == 0
+    assert code == 1  # the constant task fails
     verdicts = {line["task"]: line["verdict"] for line in map(json.loads, report.read_text().splitlines())}
     assert verdicts == {"torch#1/0": "keep", "torch#1/1": "indistinguishable_outputs", "torch#1/2": "keep"}
     # Timed both ways: the two that keep (the constant one is decided before its timing).
@@ -160,7 +163,7 @@ def test_validate_re_measures_a_sample_of_a_generated_set(tmp_path, capsys):
 
     code, stdout, _ = _run(capsys, [*argv, "--sample", "2", "--sample-seed", "1"])
     drawn = [json.loads(line)["task"] for line in report.read_text().splitlines()]
-    assert code == 0 and len(drawn) == 2 and drawn == sorted(drawn)  # in the set's order
+    assert len(drawn) == 2 and drawn == sorted(drawn)  # in the set's order
     code, _, _ = _run(capsys, [*argv, "--sample", "2", "--sample-seed", "1"])
     assert [json.loads(line)["task"] for line in report.read_text().splitlines()] == drawn  # the same draw
     code, _, stderr = _run(capsys, [*argv, "--sample", "0"])
@@ -204,7 +207,7 @@ def test_validate_names_a_row_without_code_and_refuses_a_code_column_that_is_not
     argv = ["validate", str(tasks), "--device", "cpu", "--runtime-window-ms", "0,100", "--no-compile-check",
             "--workers", "1"]  # fmt: skip
     code, stdout, _ = _run(capsys, argv)
-    assert code == 0 and "0: keep" in stdout and "1: load_error  (is empty: there is no code)" in stdout
+    assert code == 1 and "0: keep" in stdout and "1: load_error  (is empty: there is no code)" in stdout
     numbers = tmp_path / "numbers.parquet"
     pq.write_table(pa.table({"code": [1, 2]}), numbers)
     code, _, stderr = _run(capsys, ["validate", str(numbers), "--device", "cpu"])
@@ -230,3 +233,14 @@ def test_the_checks_share_a_gpu_by_default_and_exclusive_checks_turn_that_off():
         assert parser.parse_args(command).shared_checks is True
         assert parser.parse_args([*command, "--exclusive-checks"]).shared_checks is False
         assert parser.parse_args([*command, "--shared-checks"]).shared_checks is True  # the old opt-in still runs
+
+
+def test_debug_adds_the_traceback_and_keeps_the_exit_code(tmp_path, capsys):
+    code, _, stderr = _run(capsys, ["generate", "--out", str(tmp_path / "o"), "--num-samples", "0", "--debug"])
+    assert code == 2 and "Traceback" in stderr and stderr.strip().splitlines()[-1].startswith("opsynth: error:")
+
+
+def test_mixture_shares_must_add_up_to_100(tmp_path, capsys):
+    argv = ["generate", "--out", str(tmp_path / "o"), "--mixture", "torch1=20,torch2=60"]
+    code, _, stderr = _run(capsys, argv)
+    assert code == 2 and "add up to 80, not 100" in stderr and not (tmp_path / "o").exists()
