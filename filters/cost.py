@@ -5,11 +5,8 @@ candidate with it, so that most candidates' first execution lands in the runtime
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 # Operators that launch no kernel of their own (metadata, or outputs made lazily).
 _FREE = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "detach", "alias"}
@@ -36,26 +33,35 @@ class DeviceSpeed:
         )
 
 
-def _bytes(values) -> int:
-    return sum(t.numel() * t.element_size() for t in tree_flatten(values)[0] if isinstance(t, torch.Tensor))
+@functools.cache
+def _counter_class():
+    """The dispatch mode that counts, made on first use: the speed model above is read by the command line,
+    which must not wait for torch to import."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
 
+    def nbytes(values) -> int:
+        return sum(t.numel() * t.element_size() for t in tree_flatten(values)[0] if isinstance(t, torch.Tensor))
 
-class _Counter(TorchDispatchMode):
-    """Counts, for every operator that computes (views and allocations do not), the bytes of its tensor inputs
-    and outputs (each read or written once) and one kernel."""
+    class Counter(TorchDispatchMode):
+        """Counts, for every operator that computes (views and allocations do not), the bytes of its tensor
+        inputs and outputs (each read or written once) and one kernel."""
 
-    def __init__(self):
-        super().__init__()
-        self.bytes = 0
-        self.kernels = 0
+        def __init__(self):
+            super().__init__()
+            self.bytes = 0
+            self.kernels = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if not func.is_view and func.__name__.split(".")[0] not in _FREE:
-            self.bytes += _bytes((args, kwargs)) + _bytes(out)
-            self.kernels += 1
-        return out
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if not func.is_view and func.__name__.split(".")[0] not in _FREE:
+                self.bytes += nbytes((args, kwargs)) + nbytes(out)
+                self.kernels += 1
+            return out
+
+    return Counter
 
 
 class ForwardCost:
@@ -65,7 +71,7 @@ class ForwardCost:
         from torch.utils.flop_counter import FlopCounterMode
 
         self._flops = FlopCounterMode(display=False)
-        self._counter = _Counter()
+        self._counter = _counter_class()()
         self._flops.__enter__()
         self._counter.__enter__()
         return self

@@ -1,0 +1,24 @@
+import pytest
+import torch
+
+from filters.cost import DeviceSpeed, ForwardCost
+
+
+def test_a_forward_is_counted_by_its_computing_operators_on_meta():
+    with torch.device("meta"), torch.no_grad():
+        linear, x = torch.nn.Linear(1024, 2048), torch.empty(256, 1024)
+        with ForwardCost() as counted:
+            torch.relu(linear(x)).view(-1).sum()  # the view computes nothing
+    cost = counted.cost
+    assert cost["flops"] == 2 * 256 * 1024 * 2048
+    assert cost["kernels"] == 3  # the matrix product with its bias, relu, sum
+    out = 256 * 2048 * 4
+    read_by_linear = (256 * 1024 + 2048 * 1024 + 2048) * 4
+    assert cost["bytes"] == read_by_linear + out + 2 * out + (out + 4)  # each read and written once per kernel
+
+
+def test_a_speed_predicts_bytes_operations_and_kernels_and_scales():
+    speed = DeviceSpeed(bytes_per_s=1e12, flops_per_s=1e13, kernel_ms=0.005)
+    cost = {"bytes": 2e9, "flops": 1e10, "kernels": 4}
+    assert speed.predicted_ms(cost) == pytest.approx(2.0 + 1.0 + 0.02)
+    assert speed.scaled(1.5).predicted_ms(cost) == pytest.approx(1.5 * 3.02)
