@@ -65,15 +65,14 @@ def front_matter(stats: dict, splits: dict[str, dict]) -> str:
         "language": ["en"],
         "tags": ["cuda", "kernelbench", "code", "pytorch", "synthetic"],
         "size_categories": [size_category(stats["counts"]["rows"])],
-        "configs": [
-            {"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"}]},
-            {"config_name": "rejected", "data_files": [{"split": "train", "path": "rejected/rejected-*"}]},
-        ],
-        "dataset_info": [
-            dataset_info("default", TASK_SCHEMA, splits["default"]),
-            dataset_info("rejected", REJECTED_SCHEMA, splits["rejected"]),
-        ],
+        "configs": [{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"}]}],
+        "dataset_info": [dataset_info("default", TASK_SCHEMA, splits["default"])],
     }
+    if splits["rejected"]["num_examples"]:  # a config of no rows would not load
+        meta["configs"].append(
+            {"config_name": "rejected", "data_files": [{"split": "train", "path": "rejected/rejected-*"}]}
+        )
+        meta["dataset_info"].append(dataset_info("rejected", REJECTED_SCHEMA, splits["rejected"]))
     return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---"
 
 
@@ -116,9 +115,18 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
         "```python",
         "from datasets import load_dataset",
         'tasks = load_dataset("PATH_OR_REPO_ID", split="train")',
-        'rejected = load_dataset("PATH_OR_REPO_ID", "rejected", split="train")  # every dropped candidate',
+        *(
+            ['rejected = load_dataset("PATH_OR_REPO_ID", "rejected", split="train")  # every dropped candidate']
+            if splits["rejected"]["num_examples"]
+            else []
+        ),
         "```",
         "",
+        *(
+            []
+            if splits["rejected"]["num_examples"]
+            else ["No candidate was rejected: the set has no `rejected` config.", ""]
+        ),
         "## How this set was made",
         "",
     ]

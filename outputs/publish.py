@@ -65,6 +65,9 @@ def plan_publish(folder_path: str) -> PublishPlan:
 
     try:
         rows = len(load_dataset(str(folder), split="train"))
+        for config in meta["configs"]:  # every config the card lists must load, as a Hub visitor would load it
+            if config.get("config_name") not in (None, "default"):
+                load_dataset(str(folder), config["config_name"], split="train")
     except Exception as e:
         raise UsageError(f"{folder_path} does not load with datasets ({type(e).__name__}: {e})") from None
     if rows != stats["counts"]["rows"]:

@@ -43,10 +43,13 @@ def write_shards(
     row_group_rows: int,
     max_bytes: int = MAX_SHARD_BYTES,
     max_row_group_bytes: int = MAX_ROW_GROUP_BYTES,
+    keep_empty: bool = True,
 ) -> list[Path]:
     """Write `rows` (any iterable, consumed once) as shards of at most `max_rows` rows and about `max_bytes`
-    bytes each, at least one shard. Only one shard's rows are held at a time: each is written under a temporary
-    name as soon as it is full, and all are renamed into place once their total count is known."""
+    bytes each: at least one shard, or none for no rows unless `keep_empty` (`datasets` cannot load a split
+    whose only shard is empty, so such a split is better left out). Only one shard's rows are held at a time:
+    each is written under a temporary name as soon as it is full, and all are renamed into place once their
+    total count is known."""
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob(f".tmp-{split}-*.parquet"):  # staged by a write that failed (a full disk, a kill)
         stale.unlink()
@@ -66,7 +69,7 @@ def write_shards(
             part, size = [], 0
         part.append(row)
         size += row_size
-    if part or not staged:
+    if part or (not staged and keep_empty):
         flush()
     finals = [folder / shard_name(split, i, len(staged)) for i in range(len(staged))]
     for old in folder.glob(f"{split}-*-of-*.parquet"):

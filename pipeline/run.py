@@ -571,7 +571,13 @@ def _generate(
         rejected_row(x) for x in _merged(round_dirs, REJECTED_SPOOL, lambda x: x.candidate.order, Rejection.from_json)
     )
     rejected_shards = write_shards(
-        rejected_rows, REJECTED_SCHEMA, out / "rejected", "rejected", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS
+        rejected_rows,
+        REJECTED_SCHEMA,
+        out / "rejected",
+        "rejected",
+        MAX_ROWS_PER_SHARD,
+        ROW_GROUP_ROWS,
+        keep_empty=False,
     )
     checkpointed = _checkpointed(work_root, round_dirs)
     session.write(finished=True)  # its work done but for writing what follows

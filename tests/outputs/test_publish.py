@@ -144,3 +144,28 @@ def test_a_server_that_echoes_the_token_never_gets_it_printed(dataset_folder, mo
         server.shutdown()
     assert "Bearer ***" in str(failed.value), str(failed.value)
     assert TOKEN not in str(failed.value) and "hf_test" not in str(failed.value)
+
+
+def test_every_config_the_card_lists_must_load(dataset_folder, tmp_path, capsys):
+    """This small run rejected nothing: its card lists no rejected config (`datasets` cannot load a split of no
+    rows) and it publishes. A card that lists one whose shard is empty is refused."""
+    import shutil
+
+    import pyarrow.parquet as pq
+    import yaml
+
+    from outputs.schema import REJECTED_SCHEMA
+
+    card = (dataset_folder / "README.md").read_text()
+    assert not list((dataset_folder / "rejected").glob("*.parquet")) and "config_name: rejected" not in card
+    assert main(["publish", str(dataset_folder), "--repo-id", "acme/x", "--dry-run"]) == 0
+    broken = tmp_path / "broken"
+    shutil.copytree(dataset_folder, broken)
+    pq.write_table(REJECTED_SCHEMA.empty_table(), broken / "rejected" / "rejected-00000-of-00001.parquet")
+    _, front, body = card.split("---", 2)
+    meta = yaml.safe_load(front)
+    meta["configs"].append({"config_name": "rejected", "data_files": [{"split": "train", "path": "rejected/*"}]})
+    (broken / "README.md").write_text("---\n" + yaml.safe_dump(meta, sort_keys=False) + "---" + body)
+    capsys.readouterr()
+    assert main(["publish", str(broken), "--repo-id", "acme/x", "--dry-run"]) == 2
+    assert "does not load with datasets" in capsys.readouterr().err

@@ -42,9 +42,12 @@ def test_shards_and_row_groups_are_bounded_by_bytes(tmp_path):
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in paths) == 40
 
 
-def test_empty_split_still_has_one_readable_shard(tmp_path):
-    (path,) = write_shards([], TASK_SCHEMA, tmp_path, "rejected", max_rows=10, row_group_rows=4)
+def test_an_empty_split_has_one_readable_shard_or_none_where_asked(tmp_path):
+    (path,) = write_shards([], TASK_SCHEMA, tmp_path, "train", max_rows=10, row_group_rows=4)
     assert pq.read_table(path).num_rows == 0
+    write_shards(_rows(3), TASK_SCHEMA, tmp_path, "rejected", max_rows=10, row_group_rows=4)
+    assert write_shards([], TASK_SCHEMA, tmp_path, "rejected", 10, 4, keep_empty=False) == []
+    assert not list(tmp_path.glob("rejected-*"))  # the earlier shards of the split are gone too
 
 
 def test_card_front_matter_is_hub_yaml():
@@ -100,6 +103,7 @@ def test_two_folders_of_the_same_name_do_not_share_a_datasets_cache(tmp_path):
         card = render_card(stats, {"default": split_info(tasks), "rejected": split_info(rejected)})
         write_text_atomic(folder / "README.md", card)
         lengths.append(len(load_dataset(str(folder), split="train")))
+        assert "config_name: rejected" not in card and "no `rejected` config" in card  # it would not load
     assert lengths == [3, 7]
 
 
