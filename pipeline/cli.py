@@ -46,6 +46,26 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
+class _Version(argparse.Action):
+    """`--version`: opsynth's, its operator catalog's (a hash of its entries), torch's, Beam's and Python's."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import platform
+
+        import apache_beam
+        import torch
+
+        from operator_catalog import catalog_version
+        from pipeline.config import VERSION
+
+        print(f"opsynth {VERSION} (catalog {catalog_version()}; torch {torch.__version__}; apache-beam "
+              f"{apache_beam.__version__}; Python {platform.python_version()})")  # fmt: skip
+        parser.exit()
+
+
 def _add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device",
@@ -99,6 +119,7 @@ def _add_task_input_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="opsynth", description="Synthesize KernelBench-style tasks for CUDA-kernel agents.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action=_Version, help="print the versions of opsynth, its catalog, torch and Beam")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     gen = sub.add_parser(

@@ -244,3 +244,16 @@ def test_mixture_shares_must_add_up_to_100(tmp_path, capsys):
     argv = ["generate", "--out", str(tmp_path / "o"), "--mixture", "torch1=20,torch2=60"]
     code, _, stderr = _run(capsys, argv)
     assert code == 2 and "add up to 80, not 100" in stderr and not (tmp_path / "o").exists()
+
+
+def test_version_names_opsynth_its_catalog_torch_and_beam(capsys):
+    import apache_beam
+
+    from operator_catalog import catalog_version
+    from pipeline.config import VERSION
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and out.startswith(f"opsynth {VERSION} (catalog {catalog_version()}; torch ")
+    assert f"apache-beam {apache_beam.__version__}" in out
