@@ -57,10 +57,9 @@ def dataset_info(config_name: str, schema: pa.Schema, info: dict) -> dict:
 
 def front_matter(stats: dict, splits: dict[str, dict]) -> str:
     """The YAML block the Hub reads: configs, licence, tags, sizes, and `dataset_info` per config."""
-    cfg = stats["config"]
     meta = {
         "license": LICENSE,
-        "pretty_name": f"opsynth {cfg['preset']} tasks (seed {cfg['seed']}, {stats['counts']['rows']} rows)",
+        "pretty_name": _title(stats),
         "task_categories": ["text-generation"],
         "language": ["en"],
         "tags": ["cuda", "kernelbench", "code", "pytorch", "synthetic"],
@@ -82,6 +81,28 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
     return lines
 
 
+def _funnel_rows(stats: dict) -> list[tuple]:
+    """The funnel per stage. The selection keeps the rows: what it skipped as duplicates is dropped, and the
+    accepted candidates past the quota are said as such (they are in neither the set nor the rejected split)."""
+    rows = []
+    for stage, f in stats["funnel"].items():
+        dropped = [f"{k}: {v}" for k, v in f["dropped"].items()]
+        kept = f["kept"]
+        beyond = stats["counts"].get("accepted_not_selected", 0)
+        if stage == "select" and beyond:
+            kept = stats["counts"]["rows"]
+            dropped.append(f"beyond the quota (accepted, not needed): {beyond}")
+        rows.append((stage, f["in"], kept, ", ".join(dropped) or "-"))
+    return rows
+
+
+def _title(stats: dict) -> str:
+    """What was made: rows, and the data sources that have some."""
+    sources = [s for s, n in stats["rows_per_data_source"].items() if n]
+    made = f"{stats['counts']['rows']} rows from {', '.join(sources)}" if sources else f"{stats['counts']['rows']} rows"
+    return f"opsynth tasks: {made} (recipe {stats['config']['preset']}, seed {stats['config']['seed']})"
+
+
 def _effort(stats: dict) -> list[str]:
     """What executing the candidates took: executions per row, and how busy the GPUs were meanwhile."""
     counts = stats["counts"]
@@ -101,7 +122,7 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
     cfg = stats["config"]
     counts = stats["counts"]
     rows = counts["rows"]
-    lines = [front_matter(stats, splits), "", f"# {cfg['preset']} tasks made by opsynth", ""]
+    lines = [front_matter(stats, splits), "", f"# {_title(stats)}", ""]
     lines += [
         f"{rows} KernelBench-style PyTorch tasks for training agents that write CUDA kernels. Each row is a",
         "program with `class Model(nn.Module)`, `get_inputs()` and `get_init_inputs()` that fuses up to five",
@@ -175,13 +196,7 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
         "",
         *_effort(stats),
     ]
-    lines += _table(
-        ("stage", "in", "kept", "dropped (reason: count)"),
-        [
-            (stage, f["in"], f["kept"], ", ".join(f"{k}: {v}" for k, v in f["dropped"].items()) or "-")
-            for stage, f in stats["funnel"].items()
-        ],
-    )
+    lines += _table(("stage", "in", "kept", "dropped (reason: count)"), _funnel_rows(stats))
     lines += ["", "## Figures", ""]
     lines += [f"![{title}](figures/{name}.png)" for name, title in FIGURES.items()]
     lines += [

@@ -55,10 +55,12 @@ def test_card_front_matter_is_hub_yaml():
         "config": {"preset": "ops6k", "seed": 1, "workload": "tiny", "runtime_window_ms": [0.1, 5.0],
                    "compile_check": True, "kernelbench": "embedded", "similarity_threshold": 0.9,
                    "jaccard_threshold": 0.85},
-        "counts": {"rows": 1500, "candidates": 1800, "accepted": 1600},
+        "counts": {"rows": 1500, "candidates": 1800, "accepted": 1600, "accepted_not_selected": 90},
         "device": "cpu", "versions": {"opsynth": "x", "torch": "2.13"},
-        "rows_per_data_source": {"torch#1": 1500}, "released_mixture_percent": {"torch#1": 3.4},
-        "funnel": {"execute": {"in": 1800, "kept": 1600, "dropped": {"timeout": 200}}},
+        "rows_per_data_source": {"torch#1": 1500, "torch#2": 0},
+        "released_mixture_percent": {"torch#1": 3.4, "torch#2": 83.77},
+        "funnel": {"execute": {"in": 1800, "kept": 1600, "dropped": {"timeout": 200}},
+                   "select": {"in": 1600, "kept": 1590, "dropped": {"duplicate": 10}}},
     }  # fmt: skip
     info = {"num_examples": 1500, "num_bytes": 10_000, "download_size": 4_000}
     card = render_card(stats, {"default": info, "rejected": {**info, "num_examples": 300}})
@@ -69,6 +71,9 @@ def test_card_front_matter_is_hub_yaml():
     assert [f["name"] for f in default_info["features"]][:3] == ["ops", "data_source", "code"]
     assert default_info["splits"] == [{"name": "train", "num_bytes": 10_000, "num_examples": 1500}]
     assert "timeout: 200" in card and "arXiv:2602.24286" in card
+    # The title says what was made; the selection's row keeps the rows, and says what was beyond the quota.
+    assert meta["pretty_name"] == "opsynth tasks: 1500 rows from torch#1 (recipe ops6k, seed 1)"
+    assert "| select | 1600 | 1500 | duplicate: 10, beyond the quota (accepted, not needed): 90 |" in card
     assert "exhausted" not in card and "was asked for" not in card
     stats["requested_quota_per_data_source"] = {"torch#1": 1600}
     stats["exhausted_data_sources"] = {
