@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 FIGURES = {
     "ops_per_task": "Rows per data source",
@@ -23,6 +24,11 @@ def axes(width: float, height: float):
     # Figure without pyplot: no backend selection and no global state, so it is safe in any worker.
     fig = Figure(figsize=(width, height))
     return fig, fig.subplots()
+
+
+def counts_on(axis) -> None:
+    """Whole numbers only on an axis that counts rows or occurrences."""
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def log_bins(values: list[float], count: int) -> list[float] | int:
@@ -65,7 +71,9 @@ def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
     fig, ax = axes(6, 3.2)
     sources = list(stats["rows_per_data_source"])
     ax.bar(sources, [stats["rows_per_data_source"][s] for s in sources], color="#4C72B0")
+    ax.tick_params(axis="x", labelrotation=30)  # "torch#5" and "transformers" side by side would overlap
     ax.set_ylabel("rows")
+    counts_on(ax.yaxis)
     ax.set_title(FIGURES["ops_per_task"])
     save(fig, figures / "ops_per_task.png")
 
@@ -73,6 +81,7 @@ def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
     fig, ax = axes(6, 6)
     ax.barh([name for name, _ in top], [n for _, n in top], color="#55A868")
     ax.set_xlabel("occurrences in ops")
+    counts_on(ax.xaxis)
     ax.set_title(FIGURES["top_operators"])
     save(fig, figures / "top_operators.png")
 
@@ -87,6 +96,7 @@ def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
             ax.axvline(edge, color="k", linestyle="--", linewidth=1)
     ax.set_xlabel(f"eager ms on {stats['device']}")
     ax.set_ylabel("rows")
+    counts_on(ax.yaxis)
     ax.set_title(FIGURES["eager_time"])
     save(fig, figures / "eager_time.png")
 
@@ -98,7 +108,8 @@ def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
     ax.set_xlim(0, 1)
     ax.set_xlabel("kb_ast_similarity (max over KernelBench levels 1-3)")
     ax.set_ylabel("rows")
-    ax.legend(fontsize=8)
+    counts_on(ax.yaxis)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)  # off the data
     ax.set_title(FIGURES["kb_similarity"])
     save(fig, figures / "kb_similarity.png")
     return [f"figures/{name}.png" for name in FIGURES]
