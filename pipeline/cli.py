@@ -14,6 +14,8 @@ import sys
 from pipeline.config import AST_SIMILARITY_THRESHOLD, DEFAULT_PRESET, KERNELBENCH_JACCARD_THRESHOLD, WORKLOADS
 from pipeline.errors import OpsynthError, UsageError
 
+NUMERIC_VALUE_OPTIONS = frozenset({"--runtime-window-ms", "--seed", "--num-samples", "--timeout-s", "--workers",
+                                   "--similarity-threshold", "--jaccard-threshold", "--sample", "--n"})  # fmt: skip
 BENCH_CANDIDATES = 200  # opsynth bench's default --n
 FAULT_TRIALS = 20  # opsynth bench faults' default --n: trials of each kind
 EXCLUSIVE_CHECKS_HELP = (
@@ -622,9 +624,21 @@ def cmd_reference(args) -> int:
     return 0
 
 
+def _negative_values_attached(argv: list[str]) -> list[str]:
+    """`--opt -1,5` as `--opt=-1,5` for the options whose values may start with a minus: argparse would read
+    the value as an option and say the option lacks its argument, where the value itself is what is wrong."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1] in NUMERIC_VALUE_OPTIONS and token[:1] == "-" and token[1:2] in "0123456789.":
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def run(argv: list[str]) -> int:
     """Parse and run one command; raises the errors `main` reports."""
-    args, extra = build_parser().parse_known_args(argv)
+    args, extra = build_parser().parse_known_args(_negative_values_attached(argv))
     if args.command != "generate" and extra:
         raise UsageError(f"unknown option {extra[0]} (see `opsynth {args.command} --help`)")
     if args.command == "generate":

@@ -257,3 +257,11 @@ def test_version_names_opsynth_its_catalog_torch_and_beam(capsys):
     out = capsys.readouterr().out
     assert done.value.code == 0 and out.startswith(f"opsynth {VERSION} (catalog {catalog_version()}; torch ")
     assert f"apache-beam {apache_beam.__version__}" in out
+
+
+def test_a_negative_value_is_judged_as_a_value(tmp_path, capsys):
+    """`--runtime-window-ms -1,5` is a bad window, not a missing one."""
+    code, _, stderr = _run(capsys, [*GEN, "--out", str(tmp_path / "o"), "--runtime-window-ms", "-1,5"])
+    assert code == 2 and "need 0 <= LO < HI, got '-1,5'" in stderr and not (tmp_path / "o").exists()
+    code, _, stderr = _run(capsys, [*GEN, "--out", str(tmp_path / "o"), "--num-samples", "-3"])
+    assert code == 2 and "--num-samples" in stderr and "expected one argument" not in stderr
