@@ -113,3 +113,18 @@ def test_a_resumed_round_follows_the_plan_it_wrote(tmp_path):
     (done / DONE_MARKER).write_text("")
     assert _recorded_plan(str(done)) == {"torch#1": 1, "torch#2": 4}
     assert list(_recorded_plan(str(done))) == ["torch#1", "torch#2"]  # in the mixture's order, as planned
+
+
+def test_a_gpu_set_element_budget_is_part_of_what_a_resume_must_match():
+    from dataclasses import replace
+
+    from pipeline.options import GenerateOptions
+
+    options = GenerateOptions(
+        out="o", num_samples=20, seed=1, preset="ops6k", mixture=OPS6K_MIXTURE, op_weights="ops6k", device="cpu",
+        workload="tiny", runtime_window_ms=(0.005, 50.0), kernelbench="embedded", similarity_threshold=0.9,
+        jaccard_threshold=0.85, compile_check=False, timeout_s=60, workers=2, batch_size=64,
+    )  # fmt: skip
+    assert "max_elements" not in options.fingerprint()  # as a run folder of an earlier version recorded it
+    assert replace(options, max_elements=1 << 31).fingerprint()["max_elements"] == 1 << 31
+    assert replace(options, workers=7, accelerator="x").fingerprint() == options.fingerprint()
