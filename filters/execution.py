@@ -459,25 +459,26 @@ def _cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, de
     timing holds the GPU alone for its forwards only (the checks' forwards were the eager warm-up). `timer(runs,
     inputs, iters, lock, clock)` is the measure of each (fn, phase), in ms."""
     iters = timed_iters(cfg.iters, measurements["eager_ms"])
-    eager = (model, "eager_timing")
-    if cfg.compile_check and measurements["eager_ms"] >= COMPILE_FIRST_MARGIN * cfg.runtime_window_ms[0]:
+    compile_first = cfg.compile_check and measurements["eager_ms"] >= COMPILE_FIRST_MARGIN * cfg.runtime_window_ms[0]
+    compiled, failed = None, None
+    if compile_first:
         try:
             compiled = _compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements)
-        except CheckFailed as failed:
-            if failed.verdict.reason == OUT_OF_MEMORY or is_fatal_cuda_error(failed.verdict):
+        except CheckFailed as e:
+            if e.verdict.reason == OUT_OF_MEMORY or is_fatal_cuda_error(e.verdict):
                 raise  # nothing more can run here (the pool retries the first alone)
-            (measurements["eager_ms"],) = timer([eager], inputs, iters, device_lock, clock)
-            _check_window(measurements, cfg.runtime_window_ms)  # the window is told before the compile's failure
-            raise CheckFailed(failed.verdict.reason, failed.verdict.detail, measurements) from None
-        both = timer([eager, (compiled, "compiled_timing")], inputs, iters, device_lock, clock)
-        measurements["eager_ms"], measurements["compile_ms"] = both
-        _check_window(measurements, cfg.runtime_window_ms)
-        return measurements
-    (measurements["eager_ms"],) = timer([eager], inputs, iters, device_lock, clock)
+            failed = e  # told once the window is
+    runs = [(model, "eager_timing")] + ([(compiled, "compiled_timing")] if compiled is not None else [])
+    times = timer(runs, inputs, iters, device_lock, clock)
+    measurements["eager_ms"] = times[0]
     _check_window(measurements, cfg.runtime_window_ms)
-    if cfg.compile_check:
+    if failed is not None:
+        raise CheckFailed(failed.verdict.reason, failed.verdict.detail, measurements)
+    if compiled is None and cfg.compile_check:
         compiled = _compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements)
-        (measurements["compile_ms"],) = timer([(compiled, "compiled_timing")], inputs, iters, device_lock, clock)
+        times = [*times, *timer([(compiled, "compiled_timing")], inputs, iters, device_lock, clock)]
+    if compiled is not None:
+        measurements["compile_ms"] = times[1]
     return measurements
 
 
