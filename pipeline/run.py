@@ -14,13 +14,12 @@ counts, and three numbers per row for the figures).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import json
 import math
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -29,7 +28,6 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils.shared import Shared
 
-from filters.dedup import op_graph_hash
 from filters.execution import ExecutionConfig, device_name
 from filters.gpu_busy import GpuBusyMonitor
 from filters.reasons import one_line
@@ -43,7 +41,6 @@ from outputs.shards import write_shards, write_text_atomic
 from outputs.stats import build_stats
 from pipeline import workfiles
 from pipeline.config import (
-    DATA_SOURCES,
     EXHAUSTION_MIN_CANDIDATES,
     EXHAUSTION_YIELD,
     INITIAL_OVERSAMPLING,
@@ -60,33 +57,37 @@ from pipeline.errors import OpsynthError, UsageError
 from pipeline.graph import (
     ACCEPTED,
     EXECUTE_REJECTED,
-    GRAPH_ROWS,
-    PREPARE_REJECTED,
     PREPARED,
-    SEEN_KEYS,
     build_execute,
     build_prepare,
 )
 from pipeline.options import GenerateOptions, quotas
 from pipeline.progress import ExecutionProgress
-from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed, executed_candidates, unsealed
+from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
+from pipeline.rounds import (
+    CHECKPOINTED_FILE,
+    DONE_MARKER,
+    PLAN_FILE,
+    PREPARE_WORK_FILE,
+    PREPARED_MARKER,
+    REJECTED_SPOOL,
+    SELECTED_SPOOL,
+    WORK_FILE,
+    checkpointed,
+    executions,
+    intact,
+    leave_for_later_rounds,
+    merged,
+    progress_dir,
+    recorded_plan,
+    round_records,
+)
 from pipeline.run_folder import FolderLock, check_config, state_dir
 from pipeline.selection import Selector
 from pipeline.sessions import SessionClock, read_sessions
 from pipeline.sizing import round_sizing, timed_predictions, with_gpu_budget
 from pipeline.stages import Sizing, stage_work_seconds
 
-DONE_MARKER = "_SUCCESS"
-PREPARED_MARKER = "_PREPARED"  # the round's CPU stages are done; a resume starts at its execution
-WORK_FILE = "stage_work_s.json"
-PREPARE_WORK_FILE = "prepare_work_s.json"
-PLAN_FILE = "plan.json"  # candidates per data source: written before the round's work, followed when it resumes
-SELECTED_SPOOL = "selected.jsonl"  # the round's rows, by id
-REJECTED_SPOOL = "rejections.jsonl"  # the round's rejections (its stages' and the selection's), by order
-# The execution stage's checkpoints, a folder per round outside the round's own (which a redo of its CPU stages
-# empties), so that a stage looks up its own round's and nothing grows with the run.
-PROGRESS_DIR = "progress"
-CHECKPOINTED_FILE = "checkpointed.json"  # a finished round's checkpointed verdicts and their phases' seconds
 MIN_CANDIDATES_PER_ROUND = 4
 # A round's CPU stages run on several processes (at most PREPARE_PROCESSES, at least 4 cores) from this many
 # candidates: on 2 cores, or for 500 candidates, starting the processes cost more than they saved.
@@ -172,22 +173,6 @@ def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, t
     return plan
 
 
-def _recorded_plan(round_dir: str) -> dict[str, int] | None:
-    """The plan a round wrote before its work; for a finished round of an earlier version, which wrote none,
-    its candidates per data source, counted from its records. None for a round not started."""
-    plan = workfiles.read_json(workfiles.join(round_dir, PLAN_FILE))
-    if isinstance(plan, dict) and all(s in DATA_SOURCES and isinstance(n, int) and n > 0 for s, n in plan.items()):
-        return plan
-    if not workfiles.exists(workfiles.join(round_dir, DONE_MARKER)):
-        return None
-    counts = Counter(
-        d.get("candidate", d)["data_source"]
-        for pattern in (f"{ACCEPTED}-*.jsonl", f"{PREPARE_REJECTED}-*.jsonl", f"{EXECUTE_REJECTED}-*.jsonl")
-        for d in workfiles.read_jsonl_glob(workfiles.join(round_dir, pattern))
-    )
-    return {s: counts[s] for s in sorted(counts, key=DATA_SOURCES.index)}
-
-
 def _round_results(
     r: int,
     plan,
@@ -214,7 +199,7 @@ def _round_results(
         _run_round(
             specs, options, execution, earlier_rounds, selector, round_dir, work_root, beam_args, pools, log, sizing
         )
-    records = _round_records(round_dir, len(specs))
+    records = round_records(round_dir, len(specs))
     if records is None:
         log(f"round {r}: its records are damaged or miss some of its {len(specs)} candidates; running it again")
         for marker in (DONE_MARKER, PREPARED_MARKER):
@@ -222,37 +207,10 @@ def _round_results(
         _run_round(
             specs, options, execution, earlier_rounds, selector, round_dir, work_root, beam_args, pools, log, sizing
         )
-        resumed, records = False, _round_records(round_dir, len(specs))
+        resumed, records = False, round_records(round_dir, len(specs))
         if records is None:
             raise OpsynthError(f"round {r}'s records do not account for its {len(specs)} candidates")
     return (*records, resumed)
-
-
-def _intact(pattern: str) -> bool:
-    """Whether every record of the files matching `pattern` reads back as it was written."""
-    try:
-        for d in workfiles.read_jsonl_glob(pattern):
-            unsealed(d)
-    except (OSError, ValueError):  # DamagedRecord, JSON and UTF-8 errors are ValueErrors
-        return False
-    return True
-
-
-def _round_records(round_dir: str, candidates: int) -> tuple[list[Candidate], list[Rejection]] | None:
-    """A finished round's accepted candidates and rejections; None unless they are readable and account for its
-    `candidates` exactly once each."""
-    try:
-        records = workfiles.read_jsonl_glob
-        accepted = [Candidate.from_json(unsealed(d)) for d in records(workfiles.join(round_dir, f"{ACCEPTED}-*.jsonl"))]
-        rejected = [
-            Rejection.from_json(unsealed(d))
-            for prefix in (PREPARE_REJECTED, EXECUTE_REJECTED)
-            for d in records(workfiles.join(round_dir, f"{prefix}-*.jsonl"))
-        ]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    orders = {c.order for c in accepted} | {x.candidate.order for x in rejected}
-    return (accepted, rejected) if len(accepted) + len(rejected) == len(orders) == candidates else None
 
 
 def _exhausted(plan: dict[str, int], gained: Counter, missing: dict[str, int]) -> list[str]:
@@ -262,13 +220,6 @@ def _exhausted(plan: dict[str, int], gained: Counter, missing: dict[str, int]) -
         for s, made in plan.items()
         if s in missing and made >= EXHAUSTION_MIN_CANDIDATES and gained[s] < EXHAUSTION_YIELD * made
     ]
-
-
-def _merged(round_dirs: list[str], spool: str, key: Callable, make: Callable) -> Iterator:
-    """The records of every round's sorted spool, in one sorted stream (a k-way merge: one record per round
-    in memory)."""
-    streams = [map(make, workfiles.iter_jsonl(workfiles.join(d, spool))) for d in round_dirs]
-    return heapq.merge(*streams, key=key)
 
 
 def _run_pipeline(beam_args: list[str], build: Callable[[beam.Pipeline], None]) -> dict[str, float]:
@@ -317,7 +268,7 @@ def _run_round(
         )
 
     prepared = workfiles.join(round_dir, f"{PREPARED}-*.jsonl")
-    if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)) and not _intact(prepared):
+    if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)) and not intact(prepared):
         log(f"{round_dir}: the output of its CPU stages is damaged; running them again")
         workfiles.delete(workfiles.join(round_dir, PREPARED_MARKER))
     if not workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
@@ -336,7 +287,7 @@ def _run_round(
     for leftover in (f"{ACCEPTED}-*", f"{EXECUTE_REJECTED}-*", "beam-temp-*"):
         workfiles.delete_matching(workfiles.join(round_dir, leftover))
     prepared_files = workfiles.match(prepared)
-    progress = _progress_dir(work_root, round_dir)
+    progress = progress_dir(work_root, round_dir)
     workfiles.mkdirs(progress)
     work = workfiles.read_json(workfiles.join(round_dir, PREPARE_WORK_FILE), {})
     executed = _run_pipeline(
@@ -349,26 +300,6 @@ def _run_round(
     summary = {"verdicts": len(checkpointed.done), "phase_s": checkpointed.phase_totals()}
     workfiles.write_text(workfiles.join(round_dir, CHECKPOINTED_FILE), json.dumps(summary, sort_keys=True))
     workfiles.write_text(workfiles.join(round_dir, DONE_MARKER), "")
-
-
-def _progress_dir(work_root: str, round_dir: str) -> str:
-    return workfiles.join(work_root, PROGRESS_DIR, round_dir.rstrip("/").rsplit("/", 1)[-1])
-
-
-def _checkpointed(work_root: str, round_dirs: list[str]) -> tuple[int, dict[str, float]]:
-    """The run's checkpointed verdicts and their phases' seconds, summed from each round's summary (from its
-    checkpoints where a round has none), so the end of a run reads one small file per round."""
-    verdicts, totals = 0, Counter()
-    for round_dir in round_dirs:
-        summary = workfiles.read_json(workfiles.join(round_dir, CHECKPOINTED_FILE))
-        try:
-            count, phases = int(summary["verdicts"]), {phase: float(s) for phase, s in summary["phase_s"].items()}
-        except (TypeError, KeyError, ValueError, AttributeError):  # missing or damaged: from the checkpoints
-            done = ExecutionProgress(_progress_dir(work_root, round_dir)).load()
-            count, phases = len(done.done), done.phase_totals()
-        verdicts += count
-        totals.update(phases)
-    return verdicts, dict(totals)
 
 
 def _prepare_args(beam_args: list[str], candidates: int) -> list[str]:
@@ -412,26 +343,6 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
             return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
         with SessionClock(work_root) as session:
             return _generate(options, beam_args, log, quota, work_root, session)
-
-
-def _leave_for_later_rounds(
-    round_dir: str, accepted: list[Candidate], rejected: list[Rejection], chosen: list[Candidate]
-) -> None:
-    """What the dedup of later rounds reads of this one (see graph.SEEN_KEYS, GRAPH_ROWS): the keys of the
-    programs it executed, and its selected rows per operator graph of the torch data sources. Written again
-    whenever the round is passed, resumed or not, so a damaged file mends with the next run."""
-    executed = executed_candidates(accepted, rejected)
-    workfiles.write_text(workfiles.join(round_dir, SEEN_KEYS), "".join(f"{c.dedup_key}\n" for c in executed))
-    graphs = Counter((c.data_source, op_graph_hash(c.ops)) for c in chosen if c.data_source != "transformers")
-    rows = "".join(json.dumps([s, g, n]) + "\n" for (s, g), n in sorted(graphs.items()))
-    workfiles.write_text(workfiles.join(round_dir, GRAPH_ROWS), rows)
-
-
-def _executions(accepted: list[Candidate], rejected: list[Rejection]) -> int:
-    """Executions a round's candidates took: one each that reached the execution stage, and one per re-measure
-    of its calibration."""
-    executed = executed_candidates(accepted, rejected)
-    return sum(1 + c.measurements.get("calibration_steps", 0) for c in executed)
 
 
 def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None) -> dict:
@@ -489,7 +400,7 @@ def _generate(
                 break
             r = len(rounds)
             round_dir = workfiles.join(work_root, f"round-{r:05d}")
-            plan = _recorded_plan(round_dir) or plan
+            plan = recorded_plan(round_dir) or plan
             specs = [
                 CandidateSpec(s, i, candidate_seed(options.seed, s, i))
                 for s, n in plan.items()
@@ -503,7 +414,7 @@ def _generate(
             timed += timed_predictions(new_accepted, new_rejected)
             tried.update(plan)
             chosen, skipped = selector.admit(new_accepted)
-            _leave_for_later_rounds(round_dir, new_accepted, new_rejected, chosen)
+            leave_for_later_rounds(round_dir, new_accepted, new_rejected, chosen)
             rejections = sorted([*new_rejected, *skipped], key=lambda x: x.candidate.order)
             workfiles.write_jsonl(workfiles.join(round_dir, SELECTED_SPOOL), sorted(chosen, key=lambda c: c.id))
             workfiles.write_jsonl(workfiles.join(round_dir, REJECTED_SPOOL), rejections)
@@ -519,7 +430,7 @@ def _generate(
                     "candidates": len(specs),
                     "accepted": len(new_accepted),
                     "resumed": resumed,
-                    "executions": _executions(new_accepted, new_rejected),
+                    "executions": executions(new_accepted, new_rejected),
                     "stage_work_s": workfiles.read_json(workfiles.join(round_dir, WORK_FILE), {}),
                     "wall_s": round(time.monotonic() - t0, 3),
                 }
@@ -564,11 +475,11 @@ def _generate(
     figure_data = FigureData()
     task_rows = (
         figure_data.add(task_row(c, version))
-        for c in _merged(round_dirs, SELECTED_SPOOL, lambda c: c.id, Candidate.from_json)
+        for c in merged(round_dirs, SELECTED_SPOOL, lambda c: c.id, Candidate.from_json)
     )
     task_shards = write_shards(task_rows, TASK_SCHEMA, out / "data", "train", MAX_ROWS_PER_SHARD, ROW_GROUP_ROWS)
     rejected_rows = (
-        rejected_row(x) for x in _merged(round_dirs, REJECTED_SPOOL, lambda x: x.candidate.order, Rejection.from_json)
+        rejected_row(x) for x in merged(round_dirs, REJECTED_SPOOL, lambda x: x.candidate.order, Rejection.from_json)
     )
     rejected_shards = write_shards(
         rejected_rows,
@@ -579,7 +490,7 @@ def _generate(
         ROW_GROUP_ROWS,
         keep_empty=False,
     )
-    checkpointed = _checkpointed(work_root, round_dirs)
+    verdicts_and_phases = checkpointed(work_root, round_dirs)
     session.write(finished=True)  # its work done but for writing what follows
     stats = build_stats(
         options=options,
@@ -590,7 +501,7 @@ def _generate(
         accepted_total=accepted_total,
         dropped=dropped,
         rounds=rounds,
-        checkpointed=checkpointed,
+        checkpointed=verdicts_and_phases,
         wall_s=time.monotonic() - started,
         sessions=read_sessions(work_root),
         device=device_name(options.device),

@@ -96,23 +96,23 @@ def test_a_resumed_round_follows_the_plan_it_wrote(tmp_path):
     import json
 
     from pipeline.graph import ACCEPTED, EXECUTE_REJECTED, PREPARE_REJECTED
-    from pipeline.run import DONE_MARKER, PLAN_FILE, _recorded_plan
+    from pipeline.rounds import DONE_MARKER, PLAN_FILE, recorded_plan
 
-    assert _recorded_plan(str(tmp_path / "round-00003")) is None  # not started: the planner decides
+    assert recorded_plan(str(tmp_path / "round-00003")) is None  # not started: the planner decides
     planned = tmp_path / "round-00004"
     planned.mkdir()
     (planned / PLAN_FILE).write_text(json.dumps({"torch#2": 40, "torch#3": 2}))
-    assert _recorded_plan(str(planned)) == {"torch#2": 40, "torch#3": 2}
+    assert recorded_plan(str(planned)) == {"torch#2": 40, "torch#3": 2}
     # A finished round of an earlier version wrote no plan: its candidates are counted from its records.
     done = tmp_path / "round-00005"
     done.mkdir()
     (done / f"{ACCEPTED}-00000-of-00001.jsonl").write_text('{"data_source": "torch#2"}\n' * 3)
     (done / f"{PREPARE_REJECTED}-00000-of-00002.jsonl").write_text('{"candidate": {"data_source": "torch#1"}}\n')
     (done / f"{EXECUTE_REJECTED}-00000-of-00001.jsonl").write_text('{"candidate": {"data_source": "torch#2"}}\n')
-    assert _recorded_plan(str(done)) is None  # unfinished: redone as planned
+    assert recorded_plan(str(done)) is None  # unfinished: redone as planned
     (done / DONE_MARKER).write_text("")
-    assert _recorded_plan(str(done)) == {"torch#1": 1, "torch#2": 4}
-    assert list(_recorded_plan(str(done))) == ["torch#1", "torch#2"]  # in the mixture's order, as planned
+    assert recorded_plan(str(done)) == {"torch#1": 1, "torch#2": 4}
+    assert list(recorded_plan(str(done))) == ["torch#1", "torch#2"]  # in the mixture's order, as planned
 
 
 def test_a_gpu_set_element_budget_is_part_of_what_a_resume_must_match():
