@@ -22,8 +22,10 @@ class DeviceLock:
 
     Entered as a context manager it is exclusive: for timings, which another process's kernels would slow.
     `shared()` is for the checks' device work, which may overlap with that of up to `slots - 1` other tasks
-    (with `slots` 1, it is exclusive too). A waiting exclusive holder goes first: it takes a turnstile that new
-    shared holders must pass, then waits for the shared holders inside to leave."""
+    (with `slots` 1, it is exclusive too). Exclusive holders go first, as a batch: each marks itself pending (a
+    shared flock on the `pending` file) before it waits for the shared holders inside to leave, and no new
+    shared holder enters while any is pending. So the GPU drains of shared work once for all the timings
+    waiting at that moment, not once for each; shared holders enter again when the last of them is done."""
 
     def __init__(self, path: str, slots: int = 1):
         self.path = path
@@ -92,7 +94,7 @@ class DeviceLock:
 
     def __enter__(self) -> DeviceLock:
         self._waiting()
-        fcntl.flock(self._fd("turnstile"), fcntl.LOCK_EX)
+        fcntl.flock(self._fd("pending"), fcntl.LOCK_SH)  # from now on, no new shared holder enters
         fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
         self._holding()
         return self
@@ -100,7 +102,7 @@ class DeviceLock:
     def __exit__(self, *exc) -> None:
         self._released()
         fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
-        fcntl.flock(self._fd("turnstile"), fcntl.LOCK_UN)
+        fcntl.flock(self._fd("pending"), fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def shared(self):
@@ -111,9 +113,11 @@ class DeviceLock:
         self._waiting()
         slot = self._take_slot()
         try:
-            fcntl.flock(self._fd("turnstile"), fcntl.LOCK_EX)  # wait behind an exclusive holder
+            # Held exclusive only while no exclusive holder is pending or inside, and so only an instant: the
+            # shared flock on `rw` is then granted at once.
+            fcntl.flock(self._fd("pending"), fcntl.LOCK_EX)
             fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
-            fcntl.flock(self._fd("turnstile"), fcntl.LOCK_UN)
+            fcntl.flock(self._fd("pending"), fcntl.LOCK_UN)
             self._holding()
             try:
                 yield self

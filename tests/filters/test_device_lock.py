@@ -73,6 +73,33 @@ def test_a_device_lock_lets_checks_share_up_to_its_slots_and_timings_hold_it_alo
         t.join(5)
 
 
+def test_exclusive_holders_waiting_together_go_before_any_new_shared_holder(tmp_path):
+    """The GPU drains of shared work once for all the timings waiting, not once for each."""
+    from filters.device_lock import DeviceLock
+
+    path = str(tmp_path / "gpu0")
+    a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
+    assert a.wait(5)
+    w1, release_w1, thread_w1 = _enter_in_thread(lambda: DeviceLock(path, slots=3))
+    w2, release_w2, thread_w2 = _enter_in_thread(lambda: DeviceLock(path, slots=3))
+    assert not w1.wait(0.3) and not w2.is_set()
+    r, release_r, thread_r = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
+    assert not r.wait(0.3), "a shared holder waits while timings are pending"
+    release_a.set()
+    first, release_first, second, release_second = (
+        (w1, release_w1, w2, release_w2) if w1.wait(5) else (w2, release_w2, w1, release_w1)
+    )
+    assert first.is_set() and not second.is_set() and not r.is_set()
+    release_first.set()
+    assert second.wait(5)
+    assert not r.wait(0.3), "the second timing went before the waiting shared holder"
+    release_second.set()
+    assert r.wait(5)
+    release_r.set()
+    for t in (thread_a, thread_w1, thread_w2, thread_r):
+        t.join(5)
+
+
 def test_with_one_slot_a_device_locks_shared_mode_is_exclusive(tmp_path):
     from filters.device_lock import DeviceLock
 
