@@ -26,6 +26,9 @@ COMPILE_ERROR = "compile_error"
 COMPILE_MISMATCH = "compile_mismatch"
 KERNELBENCH_NEAR_DUPLICATE = "kernelbench_near_duplicate"
 DUPLICATE = "duplicate"
+# Not run, or its verdict set aside: earlier candidates of its data source had already been accepted in the
+# numbers the selection asked of the round.
+NOT_NEEDED = "not_needed"
 
 REASONS = (
     LOAD_ERROR,
@@ -44,6 +47,7 @@ REASONS = (
     COMPILE_MISMATCH,
     KERNELBENCH_NEAR_DUPLICATE,
     DUPLICATE,
+    NOT_NEEDED,
 )
 
 

@@ -37,6 +37,7 @@ from filters.worker_process import EXECUTE, Cage, WorkerSetup
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch, creating a CUDA context and a first compile, once per worker
 MEMORY_SHARERS = 3  # workers of one GPU whose memory budgets together make the allowed fraction
+SHARED_SLOTS = 3  # tasks whose checks may run on one GPU at once (`--exclusive-checks`: one)
 HOLD_LIMIT_S = 15.0  # the least time a task may hold its GPU at once (see hold_limit_s)
 POLL_S = 0.25  # how often the pool looks at its busy workers' device holds and waits
 WALL_LIMIT_FACTOR = 10  # a task's wall time, its waits for the GPU included, never exceeds this many time limits
@@ -215,7 +216,7 @@ class WorkerPool:
         self._root = tempfile.mkdtemp(prefix="opsynth-workers-")
         # One lock per GPU: a task holds it while it runs on the device, so timings are not shared.
         self._locks = {
-            gpu: DeviceLock(os.path.join(self._root, f"gpu{gpu}"), MEMORY_SHARERS if cfg.shared_checks else 1)
+            gpu: DeviceLock(os.path.join(self._root, f"gpu{gpu}"), SHARED_SLOTS if cfg.shared_checks else 1)
             for gpu in self._gpus
             if gpu is not None
         }
@@ -271,15 +272,18 @@ class WorkerPool:
         jobs: list[Job],
         follow_up: Callable[[int, Verdict], Job | None] | None = None,
         on_final: Callable[[int, Verdict], None] | None = None,
+        skip: Callable[[int], Verdict | None] | None = None,
     ) -> list[Verdict]:
-        """Verdicts in the order of `jobs`. `follow_up(i, verdict)`, called as job i's verdict comes in, may
-        return another job for the same place i: it runs next, ahead of jobs not yet started, and its verdict
-        replaces the first (so a chain of re-measures never waits for the rest of the list). `on_final(i,
-        verdict)` is called as place i gets its final verdict (to checkpoint as results come in)."""
+        """Verdicts in the order of `jobs`, which are handed out in that order. `follow_up(i, verdict)`, called
+        as job i's verdict comes in, may return another job for the same place i: it runs next, ahead of jobs
+        not yet started, and its verdict replaces the first (so a chain of re-measures never waits for the rest
+        of the list). `on_final(i, verdict)` is called as place i gets its final verdict (to checkpoint as
+        results come in). `skip(i)`, asked as place i's job is about to be handed out, may return its verdict
+        instead: the job does not run."""
         with self._run_lock:
-            return self._run(jobs, follow_up, on_final)
+            return self._run(jobs, follow_up, on_final, skip)
 
-    def _run(self, jobs: list[Job], follow_up, on_final) -> list[Verdict]:
+    def _run(self, jobs: list[Job], follow_up, on_final, skip) -> list[Verdict]:
         results: list[Verdict | None] = [None] * len(jobs)
         pending = deque((i, job) for i, job in enumerate(jobs))
 
@@ -294,6 +298,11 @@ class WorkerPool:
 
         while pending or any(w.job is not None for w in self._workers):
             for slot, w in enumerate(self._workers):
+                while w.ready and w.job is None and pending and skip is not None:
+                    skipped = skip(pending[0][0])
+                    if skipped is None:
+                        break
+                    finish(pending.popleft()[0], skipped)
                 if w.ready and w.job is None and pending:
                     index, job = pending.popleft()
                     try:

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from filters.reasons import NOT_NEEDED
 from outputs.figures import FIGURES
 from outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA
 from outputs.shards import write_text_atomic
@@ -81,12 +82,16 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
     return lines
 
 
+NOT_RUN = "past the round's need (not judged)"
+
+
 def _funnel_rows(stats: dict) -> list[tuple]:
     """The funnel per stage. The selection keeps the rows: what it skipped as duplicates is dropped, and the
-    accepted candidates past the quota are said as such (they are in neither the set nor the rejected split)."""
+    accepted candidates past the quota are said as such (they are in neither the set nor the rejected split),
+    as are those the execution stage did not need (see `pipeline.selection.FillPoint`)."""
     rows = []
     for stage, f in stats["funnel"].items():
-        dropped = [f"{k}: {v}" for k, v in f["dropped"].items()]
+        dropped = [f"{NOT_RUN if k == NOT_NEEDED else k}: {v}" for k, v in f["dropped"].items()]
         kept = f["kept"]
         beyond = stats["counts"].get("accepted_not_selected", 0)
         if stage == "select" and beyond:

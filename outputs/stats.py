@@ -13,7 +13,7 @@ from collections import Counter
 
 from filters.execution import PHASES
 from filters.gpu_busy import SAMPLE_PERIOD_S
-from filters.reasons import REASONS
+from filters.reasons import NOT_NEEDED, REASONS
 from pipeline.config import OPS6K_MIXTURE
 from pipeline.options import GenerateOptions
 from pipeline.stages import WORKER_PREFIX
@@ -72,6 +72,7 @@ def build_stats(
     exhausted: dict[str, dict] | None = None,
     accepted_total: int,
     dropped: Counter,
+    not_needed: int = 0,
     rounds: list[dict],
     wall_s: float,
     device: str,
@@ -79,7 +80,9 @@ def build_stats(
     checkpointed: tuple[int, dict[str, float]] = (0, {}),
     sessions: list[dict] | None = None,
 ) -> dict:
-    """`dropped` counts rejections by (stage, reason); `rows_per_source` the rows written per data source;
+    """`dropped` counts rejections by (stage, reason); `not_needed` the candidates past their round's fill point,
+    never judged (the funnel shows them at the execution stage; they are no rejections); `rows_per_source` the
+    rows written per data source;
     `checkpointed` the run's checkpointed verdicts and their phases' seconds summed (see ExecutionProgress);
     `sessions` the wall time of every process that worked on the run (see pipeline.sessions); `quota` the rows
     asked of each data source at the end, which differs from `requested_quota` where a source was `exhausted`
@@ -90,6 +93,8 @@ def build_stats(
     by_stage: dict[str, Counter] = {s: Counter() for s in STAGES}
     for (stage, reason), n in dropped.items():
         by_stage[stage][reason] += n
+    if not_needed:
+        by_stage["execute"][NOT_NEEDED] += not_needed
     funnel = {}
     remaining = candidates
     for stage in STAGES:
@@ -115,13 +120,14 @@ def build_stats(
             "rows": rows,
             "accepted_not_selected": accepted_total - rows - sum(by_stage["select"].values()),
             "rejected": sum(dropped.values()),
+            "not_needed": not_needed,
             # Executions of candidates on the device, calibration's re-measures included, and per row written.
             "executions": executions,
             "executions_per_row": round(executions / rows, 3) if rows else None,
         },
         "gpu_busy": gpu_busy(sessions),
         "funnel": funnel,
-        "dropped_by_reason": {reason: all_reasons.get(reason, 0) for reason in REASONS},
+        "dropped_by_reason": {reason: all_reasons.get(reason, 0) for reason in REASONS if reason != NOT_NEEDED},
         "rows_per_data_source": {s: rows_per_source.get(s, 0) for s in quota},
         "quota_per_data_source": quota,
         "requested_quota_per_data_source": requested_quota or quota,

@@ -96,6 +96,11 @@ KERNELBENCH_JACCARD_THRESHOLD = 0.85
 # Within-set dedup: near-duplicate programs and repeats of one operator graph.
 NEAR_DUPLICATE_JACCARD = 0.9  # MinHash Jaccard of normalized programs at which a later task is a near-duplicate
 MAX_ROWS_PER_OP_GRAPH = 1  # rows that may share one ordered operator list (raised where a quota needs more)
+# A round's candidates of a data source are needed, in index order, until as many are accepted as it misses
+# rows, plus this share and NEEDED_SPARE more for what the selection skips as duplicates; the execution stage
+# runs none after that point and the selection ignores any it ran.
+NEEDED_MARGIN = 0.1
+NEEDED_SPARE = 2
 
 # Composition.
 MAX_OPS = 5

@@ -96,10 +96,12 @@ def build_execute(
     round_dir: str,
     progress_dir: str,
     pool: Shared | None = None,
+    wanted: dict[str, int] | None = None,
 ) -> None:
     """A round's execution stage: the `PREPARED` files in, `ACCEPTED` candidates and `EXECUTE_REJECTED` out. The
     candidates are reshuffled first, so that a distributed runner spreads them over its workers whatever files
-    the CPU stages wrote them to; the execution alone carries the run's accelerator hint, if it has one."""
+    the CPU stages wrote them to; the execution alone carries the run's accelerator hint, if it has one.
+    `wanted`: accepted candidates asked of each data source, past which the stage may skip candidates."""
     candidates = (
         p
         | "PreparedFiles" >> beam.Create(prepared_files)
@@ -107,7 +109,9 @@ def build_execute(
         | "ParsePrepared" >> beam.Map(lambda line: Candidate.from_json(unsealed(json.loads(line))))
         | "SpreadOverWorkers" >> beam.Reshuffle()
     )
-    execute = ExecuteCandidates(execution, options.batch_size, options.sizes, progress_dir, options.op_weights, pool)
+    execute = ExecuteCandidates(
+        execution, options.batch_size, options.sizes, progress_dir, options.op_weights, pool, wanted
+    )
     if options.accelerator:
         execute = execute.with_resource_hints(accelerator=options.accelerator)
     executed = candidates | "ExecuteCandidates" >> execute

@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from filters.reasons import NOT_NEEDED
+
 DIGEST = "sha256"  # the key of a written record's hash of the rest of it
 
 
@@ -105,5 +107,6 @@ class Rejection:
 
 
 def executed_candidates(accepted: list[Candidate], rejected: list[Rejection]) -> list[Candidate]:
-    """The candidates of a round that its execution stage ran: those it accepted and those it rejected."""
-    return [*accepted, *(x.candidate for x in rejected if x.stage == "execute")]
+    """The candidates of a round that its execution stage ran: those it accepted and those it rejected (but
+    not those it did not need, `filters.reasons.NOT_NEEDED`)."""
+    return [*accepted, *(x.candidate for x in rejected if x.stage == "execute" and x.reason != NOT_NEEDED)]

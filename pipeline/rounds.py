@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from filters.dedup import op_graph_hash
 from pipeline import workfiles
 from pipeline.config import DATA_SOURCES
-from pipeline.graph import ACCEPTED, EXECUTE_REJECTED, GRAPH_ROWS, PREPARE_REJECTED, SEEN_KEYS
+from pipeline.graph import ACCEPTED, EXECUTE_REJECTED, GRAPH_ROWS, PREPARE_REJECTED, PREPARED, SEEN_KEYS
 from pipeline.progress import ExecutionProgress
 from pipeline.records import Candidate, Rejection, executed_candidates, unsealed
 
@@ -71,6 +71,12 @@ def round_records(round_dir: str, candidates: int) -> tuple[list[Candidate], lis
         return None
     orders = {c.order for c in accepted} | {x.candidate.order for x in rejected}
     return (accepted, rejected) if len(accepted) + len(rejected) == len(orders) == candidates else None
+
+
+def prepared_candidates(round_dir: str) -> dict[tuple[str, int], Candidate]:
+    """The candidates a round's CPU stages passed to its execution, by order."""
+    records = workfiles.read_jsonl_glob(workfiles.join(round_dir, f"{PREPARED}-*.jsonl"))
+    return {c.order: c for c in (Candidate.from_json(unsealed(d)) for d in records)}
 
 
 def merged(round_dirs: list[str], spool: str, key: Callable, make: Callable) -> Iterator:

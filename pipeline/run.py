@@ -78,12 +78,13 @@ from pipeline.rounds import (
     intact,
     leave_for_later_rounds,
     merged,
+    prepared_candidates,
     progress_dir,
     recorded_plan,
     round_records,
 )
 from pipeline.run_folder import FolderLock, check_config, state_dir
-from pipeline.selection import Selector
+from pipeline.selection import Selector, trim, wanted
 from pipeline.sessions import SessionClock, read_sessions
 from pipeline.sizing import round_sizing, timed_predictions, with_gpu_budget
 from pipeline.stages import Sizing, stage_work_seconds
@@ -187,6 +188,7 @@ def _round_results(
     pools,
     log,
     sizing: Sizing | None = None,
+    wanted: dict[str, int] | None = None,
 ) -> tuple[list[Candidate], list[Rejection], bool]:
     """Round `r`'s accepted candidates and rejections, and whether it had finished before: run (or finished)
     where it had not. A finished round whose records are damaged, or do not account for its candidates (a run
@@ -197,16 +199,18 @@ def _round_results(
         if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
             log(f"round {r}: its CPU stages were done; resuming at its execution")
         _run_round(
-            specs, options, execution, earlier_rounds, selector, round_dir, work_root, beam_args, pools, log, sizing
-        )
+            specs, options, execution, earlier_rounds, selector, round_dir, work_root, beam_args, pools, log, sizing,
+            wanted,
+        )  # fmt: skip
     records = round_records(round_dir, len(specs))
     if records is None:
         log(f"round {r}: its records are damaged or miss some of its {len(specs)} candidates; running it again")
         for marker in (DONE_MARKER, PREPARED_MARKER):
             workfiles.delete(workfiles.join(round_dir, marker))
         _run_round(
-            specs, options, execution, earlier_rounds, selector, round_dir, work_root, beam_args, pools, log, sizing
-        )
+            specs, options, execution, earlier_rounds, selector, round_dir, work_root, beam_args, pools, log, sizing,
+            wanted,
+        )  # fmt: skip
         resumed, records = False, round_records(round_dir, len(specs))
         if records is None:
             raise OpsynthError(f"round {r}'s records do not account for its {len(specs)} candidates")
@@ -243,6 +247,7 @@ def _run_round(
     pools: Pools,
     log=print,
     sizing: Sizing | None = None,
+    wanted: dict[str, int] | None = None,
 ) -> None:
     """Run one round: its CPU stages, then its execution. A round interrupted during its CPU stages is redone
     whole; one interrupted during its execution starts that again (its checkpointed results are reused)."""
@@ -291,7 +296,8 @@ def _run_round(
     workfiles.mkdirs(progress)
     work = workfiles.read_json(workfiles.join(round_dir, PREPARE_WORK_FILE), {})
     executed = _run_pipeline(
-        beam_args, lambda p: build_execute(p, prepared_files, options, execution, round_dir, progress, pools.execution)
+        beam_args,
+        lambda p: build_execute(p, prepared_files, options, execution, round_dir, progress, pools.execution, wanted),
     )
     for stage, seconds in executed.items():
         work[stage] = work.get(stage, 0.0) + seconds
@@ -373,6 +379,7 @@ def _generate(
     selector = Selector(quota)
     dropped: Counter = Counter()  # (stage, reason) -> rejections
     accepted_total = 0
+    not_needed = 0  # candidates past their round's fill point (see selection.FillPoint)
     tried: Counter = Counter()
     rounds: list[dict] = []
     round_dirs: list[str] = []
@@ -407,10 +414,14 @@ def _generate(
                 for i in range(tried[s], tried[s] + n)
             ]
             t0 = time.monotonic()
+            asked = wanted(selector.missing())
             new_accepted, new_rejected, resumed = _round_results(
                 r, plan, specs, options, execution, list(round_dirs), selector, round_dir, work_root, beam_args,
-                pools, log, round_sizing(options, timed, log),
+                pools, log, round_sizing(options, timed, log), asked,
             )  # fmt: skip
+            spent = executions(new_accepted, new_rejected)
+            new_accepted, new_rejected, aside = trim(new_accepted, new_rejected, asked, prepared_candidates(round_dir))
+            not_needed += len(aside)
             timed += timed_predictions(new_accepted, new_rejected)
             tried.update(plan)
             chosen, skipped = selector.admit(new_accepted)
@@ -429,8 +440,9 @@ def _generate(
                     "round": r,
                     "candidates": len(specs),
                     "accepted": len(new_accepted),
+                    "not_needed": len(aside),
                     "resumed": resumed,
-                    "executions": executions(new_accepted, new_rejected),
+                    "executions": spent,
                     "stage_work_s": workfiles.read_json(workfiles.join(round_dir, WORK_FILE), {}),
                     "wall_s": round(time.monotonic() - t0, 3),
                 }
@@ -456,7 +468,7 @@ def _generate(
                     f"round {r}: {source} is exhausted ({gained[source]} rows from {plan[source]} candidates, under "
                     f"{EXHAUSTION_YIELD:.0%}); its {moved} missing rows go to {heir}"
                 )
-            del new_accepted, new_rejected, chosen, skipped, rejections
+            del new_accepted, new_rejected, chosen, skipped, rejections, aside
     finally:
         if monitor is not None:
             monitor.__exit__(None, None, None)
@@ -499,6 +511,7 @@ def _generate(
         exhausted=exhausted,
         rows_per_source=selector.rows,
         accepted_total=accepted_total,
+        not_needed=not_needed,
         dropped=dropped,
         rounds=rounds,
         checkpointed=verdicts_and_phases,

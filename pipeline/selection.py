@@ -11,13 +11,22 @@ makes the same dataset.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import Counter
 
 from filters.dedup import WithinSetFilter
-from filters.reasons import DUPLICATE
+from filters.reasons import DUPLICATE, NOT_NEEDED, Verdict
 from operator_catalog.registry import sampleable
-from pipeline.config import DATA_SOURCES, MAX_ROWS_PER_OP_GRAPH, NEAR_DUPLICATE_JACCARD
+from pipeline.config import (
+    DATA_SOURCES,
+    MAX_ROWS_PER_OP_GRAPH,
+    NEAR_DUPLICATE_JACCARD,
+    NEEDED_MARGIN,
+    NEEDED_SPARE,
+)
 from pipeline.records import Candidate, Rejection
+
+NOT_NEEDED_DETAIL = "enough earlier candidates of its data source were accepted"
 
 
 def rows_per_graph(source: str, quota: int) -> int:
@@ -103,3 +112,49 @@ def select(
     for c in chosen:
         selected[c.data_source].append(c)
     return selected, skipped
+
+
+def wanted(missing: dict[str, int]) -> dict[str, int]:
+    """Accepted candidates a round asks of each data source: the rows it misses, with a margin for what the
+    selection skips as duplicates."""
+    return {s: n + math.ceil(NEEDED_MARGIN * n) + NEEDED_SPARE for s, n in missing.items() if n > 0}
+
+
+class FillPoint:
+    """Where a round's candidates stop being needed: a candidate of a data source is needed while fewer of
+    its candidates of lower index were accepted than `wanted` asks (nothing, for a source it does not name).
+    Verdicts come in any order; a candidate found not needed by those in hand is not needed by all of them, so
+    the execution stage may skip it early, and the selection (`trim`) finds the same point from the complete
+    records, however many were skipped."""
+
+    def __init__(self, wanted: dict[str, int]):
+        self.wanted = wanted
+        self.accepted: dict[str, list[int]] = {s: [] for s in wanted}
+
+    def add(self, candidate: Candidate, kept: bool) -> None:
+        if kept and candidate.data_source in self.accepted:
+            insort(self.accepted[candidate.data_source], candidate.index)
+
+    def needed(self, candidate: Candidate) -> bool:
+        indices = self.accepted.get(candidate.data_source, [])
+        return bisect_left(indices, candidate.index) < self.wanted.get(candidate.data_source, 0)
+
+    def skipped(self, candidate: Candidate) -> Verdict | None:
+        """The verdict of a candidate the execution stage need not run, or None."""
+        return None if self.needed(candidate) else Verdict(NOT_NEEDED, NOT_NEEDED_DETAIL)
+
+
+def trim(
+    accepted: list[Candidate], rejected: list[Rejection], wanted: dict[str, int], prepared: dict[tuple, Candidate]
+) -> tuple[list[Candidate], list[Rejection], list[Candidate]]:
+    """A round's records (accepted, rejected) without the candidates past their data source's fill point, and
+    those candidates as they were `prepared` (by order) for the execution stage, whether that stage skipped
+    them or ran them: which one depends on timing, so the result does not."""
+    fill = FillPoint(wanted)
+    for c in accepted:
+        fill.add(c, True)
+    past = [c for c in accepted if not fill.needed(c)]
+    past += [x.candidate for x in rejected if x.stage == "execute" and not fill.needed(x.candidate)]
+    rejections = [x for x in rejected if x.stage != "execute" or fill.needed(x.candidate)]
+    aside = sorted((prepared.get(c.order, c) for c in past), key=lambda c: c.order)
+    return [c for c in accepted if fill.needed(c)], rejections, aside

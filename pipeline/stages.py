@@ -24,7 +24,7 @@ from filters.cost import DeviceSpeed
 from filters.decontamination import decontaminate, load_reference
 from filters.dedup import dedup_key, op_graph_hash, split_group
 from filters.execution import ExecutionConfig
-from filters.reasons import DUPLICATE, SHAPE_ERROR, Verdict
+from filters.reasons import DUPLICATE, NOT_NEEDED, SHAPE_ERROR, Verdict
 from filters.worker_process import SHAPES
 from filters.workers import Job, WorkerPool
 from operator_catalog.codegen import render
@@ -41,6 +41,7 @@ from pipeline.config import (
 )
 from pipeline.progress import ExecutionProgress
 from pipeline.records import Candidate, CandidateSpec, Rejection
+from pipeline.selection import FillPoint
 
 KEPT = "kept"
 REJECTED = "rejected"
@@ -421,9 +422,28 @@ class _Checkpointer:
         self.last = time.monotonic()
 
 
+def _in_turn(candidates: list[Candidate]) -> list[Candidate]:
+    """Each data source's candidates in index order, the sources interleaved by their share of the list: the
+    order in which a fill point (see `FillPoint`) is reached soonest, and past which the last ones need not run."""
+    per_source: dict[str, list[Candidate]] = {}
+    for c in sorted(candidates, key=lambda c: c.order):
+        per_source.setdefault(c.data_source, []).append(c)
+    turns = [((k + 0.5) / len(cs), c.order, c) for cs in per_source.values() for k, c in enumerate(cs)]
+    return [c for *_, c in sorted(turns, key=lambda t: t[:2])]
+
+
 class _ExecuteBatchFn(beam.DoFn):
-    def __init__(self, config: ExecutionConfig, workload: Workload, progress_dir: str, op_weights: str, pool: Shared):
+    def __init__(
+        self,
+        config: ExecutionConfig,
+        workload: Workload,
+        progress_dir: str,
+        op_weights: str,
+        pool: Shared,
+        wanted: dict[str, int] | None = None,
+    ):
         self.config = config
+        self.wanted = wanted
         self.workload = workload
         self.op_weights = op_weights
         self.progress_dir = progress_dir
@@ -439,16 +459,27 @@ class _ExecuteBatchFn(beam.DoFn):
 
     def process(self, batch: list[Candidate]) -> Iterator:
         results, todo = [], []
-        for candidate in batch:
+        fill = FillPoint(self.wanted) if self.wanted is not None else None
+        for candidate in _in_turn(batch):
             checkpointed = self.progress.lookup(candidate)
             if checkpointed is None:
                 todo.append(candidate)
             else:
                 results.append(checkpointed)
+                if fill is not None:
+                    fill.add(candidate, checkpointed[1].kept)
         Metrics.counter(COUNTER_NAMESPACE, "execute_reused").inc(len(results))
         if todo:
             self.tally.start()
             checkpoint = _Checkpointer(self.progress, todo, self.tally)
+
+            def on_result(i: int, result: tuple) -> None:
+                if result[1].reason == NOT_NEEDED:
+                    return  # nothing ran: nothing to keep
+                if fill is not None:
+                    fill.add(todo[i], result[1].kept)
+                checkpoint.add(i, result)
+
             with stage_clock("execute"):
                 fresh = run_calibrated(
                     self.pool,
@@ -459,8 +490,9 @@ class _ExecuteBatchFn(beam.DoFn):
                     tries=CALIBRATION_TRIES,
                     max_factor=CALIBRATION_MAX_FACTOR,
                     target=CALIBRATION_TARGET,
-                    on_result=checkpoint.add,
+                    on_result=on_result,
                     size=input_elements,
+                    skip=None if fill is None else lambda i: fill.skipped(todo[i]),
                 )
             checkpoint.flush()
             for _, verdict, _ in fresh:  # where this run's workers' time went (not a checkpointed run's)
@@ -483,7 +515,9 @@ class ExecuteCandidates(beam.PTransform):
     """Run every candidate in isolated worker processes on the device, calibrating the sizes of those outside
     the runtime window; batches keep all workers busy, and each finished batch is checkpointed under
     `progress_dir`, so a rerun of an interrupted round redoes only the batches that were in flight. Transforms
-    given the same `pool` handle (the rounds of one run) share one worker pool in each process."""
+    given the same `pool` handle (the rounds of one run) share one worker pool in each process. Given `wanted`
+    (accepted candidates asked of each data source, see `FillPoint`), a batch runs its candidates in turn and
+    skips those its own verdicts already show are not needed (`not_needed`)."""
 
     def __init__(
         self,
@@ -493,8 +527,10 @@ class ExecuteCandidates(beam.PTransform):
         progress_dir: str,
         op_weights: str = "uniform",
         pool: Shared | None = None,
+        wanted: dict[str, int] | None = None,
     ):
         super().__init__()
+        self.wanted = wanted
         self.config = config
         self.batch_size = batch_size
         self.workload = workload
@@ -508,6 +544,6 @@ class ExecuteCandidates(beam.PTransform):
             | "Batch" >> beam.BatchElements(min_batch_size=self.batch_size, max_batch_size=self.batch_size)
             | "RunChecks"
             >> beam.ParDo(
-                _ExecuteBatchFn(self.config, self.workload, self.progress_dir, self.op_weights, self.pool)
+                _ExecuteBatchFn(self.config, self.workload, self.progress_dir, self.op_weights, self.pool, self.wanted)
             ).with_outputs(REJECTED, main=KEPT)
         )

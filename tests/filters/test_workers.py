@@ -47,3 +47,19 @@ def test_the_pool_knows_what_its_workers_enforce():
         containment = pool.containment
     assert {"open files", "file size", "address space"} <= set(containment["limits"])
     assert isinstance(containment["pids_cgroup"], bool) and isinstance(containment["namespaces"], list)
+
+
+def test_a_job_decided_before_it_is_handed_out_does_not_run():
+    from filters.reasons import NOT_NEEDED
+    from filters.reasons import Verdict as V
+
+    finals = []
+    with WorkerPool(CPU) as pool:
+        verdicts = pool.run(
+            [Job(str(i), fixtures.GOOD if i % 2 == 0 else fixtures.SEGFAULT, i) for i in range(4)],
+            on_final=lambda i, v: finals.append((i, v.reason)),
+            skip=lambda i: V(NOT_NEEDED, "enough") if i % 2 else None,
+        )
+        assert [v.reason for v in verdicts] == [KEEP, NOT_NEEDED, KEEP, NOT_NEEDED]
+        assert sorted(finals) == [(0, KEEP), (1, NOT_NEEDED), (2, KEEP), (3, NOT_NEEDED)]
+        assert pool.replaced == 0, "the segfaulting tasks never ran"

@@ -128,6 +128,29 @@ def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reporte
     assert "executed 3 candidates, kept 2" in capsys.readouterr().err
 
 
+def test_an_execution_stage_asked_for_one_accepted_candidate_runs_no_more_than_it_needs(tmp_path):
+    """One worker: each candidate's verdict is in before the next is handed out, so after the first accepted
+    one every later candidate of its data source is skipped, checkpointing nothing."""
+    from pipeline.progress import ExecutionProgress
+
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False,
+                          warmup=0, iters=1, workers=1)  # fmt: skip
+    first = [_candidate(0, fixtures.CONSTANT), _candidate(1, fixtures.GOOD)]
+    rest = [_candidate(i, fixtures.GOOD.replace("return", f"# {i}\n        return")) for i in range(2, 5)]
+    progress = tmp_path / "progress"
+    with BeamTestPipeline() as p:
+        out = (
+            p
+            | beam.Create([*rest, *first])
+            | ExecuteCandidates(cfg, 5, WORKLOADS["tiny"], str(progress), wanted={"torch#1": 1})
+        )
+        assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([1]))
+        assert_that(out[REJECTED] | beam.Map(lambda r: (r.candidate.index, r.reason, r.stage)),
+                    equal_to([(0, "indistinguishable_outputs", "execute")]
+                             + [(i, "not_needed", "execute") for i in range(2, 5)]), label="rejected")  # fmt: skip
+    assert len(ExecutionProgress(str(progress)).load().done) == 2
+
+
 def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_time():
     """At a (made-up) speed, every candidate's forward cost predicts its time: those far from the calibration aim
     are made again from their seeds at a scaled batch, within the element budget; every kept one carries its
