@@ -52,13 +52,17 @@ ACCEPTED = "accepted"
 # one per line, and the rows it selected per operator graph, as `[source, graph, rows]` lines.
 SEEN_KEYS = "seen-keys.txt"
 GRAPH_ROWS = "graph-rows.jsonl"
+# The same, in those formats, of a round whose execution has not finished, for the round prepared beside it:
+# the keys of all its prepared candidates, and their count per operator graph (rows it may yet select).
+PENDING_KEYS = "pending-keys.txt"
+PENDING_GRAPH_ROWS = "pending-graph-rows.jsonl"
 
 
 def build_prepare(
     p: beam.Pipeline,
     specs: list[CandidateSpec],
     options: GenerateOptions,
-    earlier_rounds: list[str],
+    dedup_files: tuple[list[str], list[str]],
     round_dir: str,
     shape_config: ExecutionConfig,
     graph_caps: dict[str, int] | None = None,
@@ -67,7 +71,8 @@ def build_prepare(
 ) -> None:
     """A round's CPU stages: specs in, `PREPARED` candidates and `PREPARE_REJECTED` rejections out. The shape
     check runs its candidates in worker processes of `shape_config` (shared through `shape_pool`), and sizes
-    them by `sizing` where given; the dedup reads what the `earlier_rounds` (their folders) left."""
+    them by `sizing` where given; the dedup reads what earlier rounds left (`dedup_files`: their SEEN_KEYS and
+    GRAPH_ROWS files, or PENDING_KEYS and PENDING_GRAPH_ROWS)."""
     workload = options.sizes
     composed = (
         p
@@ -78,11 +83,7 @@ def build_prepare(
     clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
         options.kernelbench, options.similarity_threshold, options.jaccard_threshold
     )
-    unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(
-        graph_caps,
-        [f"{d}/{SEEN_KEYS}" for d in earlier_rounds],
-        [f"{d}/{GRAPH_ROWS}" for d in earlier_rounds],
-    )
+    unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(graph_caps, *dedup_files)
     rejected = tuple(s[REJECTED] for s in (composed, shaped, clean, unique)) | "AllRejections" >> beam.Flatten()
     _ = unique[KEPT] | "WritePrepared" >> WriteRecords(f"{round_dir}/{PREPARED}")
     _ = rejected | "WriteRejected" >> WriteRecords(f"{round_dir}/{PREPARE_REJECTED}")

@@ -13,7 +13,16 @@ from collections.abc import Callable, Iterator
 from filters.dedup import op_graph_hash
 from pipeline import workfiles
 from pipeline.config import DATA_SOURCES
-from pipeline.graph import ACCEPTED, EXECUTE_REJECTED, GRAPH_ROWS, PREPARE_REJECTED, PREPARED, SEEN_KEYS
+from pipeline.graph import (
+    ACCEPTED,
+    EXECUTE_REJECTED,
+    GRAPH_ROWS,
+    PENDING_GRAPH_ROWS,
+    PENDING_KEYS,
+    PREPARE_REJECTED,
+    PREPARED,
+    SEEN_KEYS,
+)
 from pipeline.progress import ExecutionProgress
 from pipeline.records import Candidate, Rejection, executed_candidates, unsealed
 
@@ -106,6 +115,30 @@ def checkpointed(work_root: str, round_dirs: list[str]) -> tuple[int, dict[str, 
     return verdicts, dict(totals)
 
 
+def dedup_files(finished: list[str], pending: str | None = None) -> tuple[list[str], list[str]]:
+    """The files a round's dedup reads: the seen keys and selected graph rows of the `finished` rounds (their
+    folders), and the pending ones of a round still executing (see `leave_pending`)."""
+    seen = [workfiles.join(d, SEEN_KEYS) for d in finished]
+    graphs = [workfiles.join(d, GRAPH_ROWS) for d in finished]
+    if pending is not None:
+        seen.append(workfiles.join(pending, PENDING_KEYS))
+        graphs.append(workfiles.join(pending, PENDING_GRAPH_ROWS))
+    return seen, graphs
+
+
+def leave_pending(round_dir: str) -> None:
+    """What the dedup of the round prepared beside this one's execution reads of it: the keys of all its
+    prepared candidates, and their count per operator graph of the torch data sources, as if all were rows."""
+    prepared = list(prepared_candidates(round_dir).values())
+    workfiles.write_text(workfiles.join(round_dir, PENDING_KEYS), "".join(f"{c.dedup_key}\n" for c in prepared))
+    _write_graph_rows(workfiles.join(round_dir, PENDING_GRAPH_ROWS), prepared)
+
+
+def _write_graph_rows(path: str, candidates: list[Candidate]) -> None:
+    graphs = Counter((c.data_source, op_graph_hash(c.ops)) for c in candidates if c.data_source != "transformers")
+    workfiles.write_text(path, "".join(json.dumps([s, g, n]) + "\n" for (s, g), n in sorted(graphs.items())))
+
+
 def leave_for_later_rounds(
     round_dir: str, accepted: list[Candidate], rejected: list[Rejection], chosen: list[Candidate]
 ) -> None:
@@ -114,9 +147,7 @@ def leave_for_later_rounds(
     whenever the round is passed, resumed or not, so a damaged file mends with the next run."""
     executed = executed_candidates(accepted, rejected)
     workfiles.write_text(workfiles.join(round_dir, SEEN_KEYS), "".join(f"{c.dedup_key}\n" for c in executed))
-    graphs = Counter((c.data_source, op_graph_hash(c.ops)) for c in chosen if c.data_source != "transformers")
-    rows = "".join(json.dumps([s, g, n]) + "\n" for (s, g), n in sorted(graphs.items()))
-    workfiles.write_text(workfiles.join(round_dir, GRAPH_ROWS), rows)
+    _write_graph_rows(workfiles.join(round_dir, GRAPH_ROWS), chosen)
 
 
 def executions(accepted: list[Candidate], rejected: list[Rejection]) -> int:

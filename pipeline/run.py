@@ -17,10 +17,12 @@ import dataclasses
 import json
 import math
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -74,9 +76,11 @@ from pipeline.rounds import (
     SELECTED_SPOOL,
     WORK_FILE,
     checkpointed,
+    dedup_files,
     executions,
     intact,
     leave_for_later_rounds,
+    leave_pending,
     merged,
     prepared_candidates,
     progress_dir,
@@ -90,8 +94,10 @@ from pipeline.sizing import round_sizing, timed_predictions, with_gpu_budget
 from pipeline.stages import Sizing, stage_work_seconds
 
 MIN_CANDIDATES_PER_ROUND = 4
-# A round's CPU stages run on several processes (at most PREPARE_PROCESSES, at least 4 cores) from this many
-# candidates: on 2 cores, or for 500 candidates, starting the processes cost more than they saved.
+# A round's CPU stages run on several processes (at most PREPARE_PROCESSES, given 4 cores or more) from this many
+# candidates. Each process loads torch, the catalog and the KernelBench reference and starts a shape-check
+# worker of its own: on one H200's host (16 cores) a 644-candidate round took 54 s so, against 46 s in this
+# process, its stages' work tripled; on 2 cores it is slower at any size.
 MULTIPROCESS_PREPARE_MIN = 1000
 PREPARE_PROCESSES = 8  # each loads torch and the KernelBench reference
 QUIET_HARNESS = ["--default_sdk_harness_log_level", "WARNING"]  # the processes' start-up chatter
@@ -174,43 +180,80 @@ def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, t
     return plan
 
 
+def _speculative_plan(missing: dict[str, int], plan: dict[str, int], last_round: dict) -> dict[str, int]:
+    """The next round's plan, made as a round of `plan` starts its execution, so that the next one's CPU stages
+    run beside it: the rows still `missing` less what this round should yield at the last finished round's
+    yield of each data source (before any, the pilot's 1 / INITIAL_OVERSAMPLING), over that yield, padded as
+    `_plan_round` pads. It skips a source whose last round gained nothing (its yield is unknown), and is empty
+    where this round should fill every quota. Too many candidates cost CPU time only: the execution stops at
+    each round's fill point (see `pipeline.selection.FillPoint`)."""
+    ahead = {}
+    for source, want in missing.items():
+        made, gained = last_round.get(source, (0, 0))
+        if made and not gained:
+            continue
+        expected = gained / made if made else 1 / INITIAL_OVERSAMPLING
+        short = want - plan.get(source, 0) * expected
+        if short > 0:
+            ahead[source] = max(MIN_CANDIDATES_PER_ROUND, math.ceil(short / expected * ROUND_PADDING))
+    total = sum(ahead.values())
+    if total > MAX_ROUND_CANDIDATES:
+        ahead = {s: max(MIN_CANDIDATES_PER_ROUND, n * MAX_ROUND_CANDIDATES // total) for s, n in ahead.items()}
+    return ahead
+
+
+@dataclass(frozen=True)
+class RoundInputs:
+    """What a round is made from, fixed before its CPU stages run, so that a resumed or repeated round gets the
+    same: its plan and specs, what its dedup reads (`dedup_files`), its graph caps and its sizing. A round
+    prepared beside the execution of the one before (`beside`) reads that one's prepared candidates as seen."""
+
+    number: int
+    round_dir: str
+    plan: dict[str, int]
+    specs: list[CandidateSpec]
+    dedup_files: tuple[list[str], list[str]]
+    graph_caps: dict[str, int]
+    sizing: Sizing | None = None
+    beside: str | None = None
+
+
+def _round_inputs(number, plan, tried, seed, work_root, finished, graph_caps, sizing, beside=None) -> RoundInputs:
+    round_dir = workfiles.join(work_root, f"round-{number:05d}")
+    plan = recorded_plan(round_dir) or plan
+    specs = [
+        CandidateSpec(s, i, candidate_seed(seed, s, i)) for s, n in plan.items() for i in range(tried[s], tried[s] + n)
+    ]
+    return RoundInputs(number, round_dir, plan, specs, dedup_files(finished, beside), graph_caps, sizing, beside)
+
+
 def _round_results(
-    r: int,
-    plan,
-    specs,
-    options,
-    execution,
-    earlier_rounds,
-    selector,
-    round_dir,
-    work_root,
-    beam_args,
-    pools,
-    log,
-    sizing: Sizing | None = None,
-    wanted: dict[str, int] | None = None,
+    inputs: RoundInputs, options, execution, work_root, beam_args, pools, log, wanted=None, before_execution=None
 ) -> tuple[list[Candidate], list[Rejection], bool]:
-    """Round `r`'s accepted candidates and rejections, and whether it had finished before: run (or finished)
+    """A round's accepted candidates and rejections, and whether it had finished before: run (or finished)
     where it had not. A finished round whose records are damaged, or do not account for its candidates (a run
-    that failed wrote them), runs again from its CPU stages; the execution's checkpoints spare its GPU work."""
+    that failed wrote them), runs again from its CPU stages; the execution's checkpoints spare its GPU work.
+    `before_execution()` is called once its CPU stages are done and its execution is to start."""
+    r, round_dir, specs = inputs.number, inputs.round_dir, inputs.specs
+
+    def run() -> None:
+        _prepare_round(inputs, options, execution, beam_args, pools, log)
+        if before_execution is not None:
+            before_execution()
+        _execute_round(inputs, options, execution, work_root, beam_args, pools, wanted)
+
     resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
     if not resumed:
-        log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in plan.items())})")
+        log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in inputs.plan.items())})")
         if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
             log(f"round {r}: its CPU stages were done; resuming at its execution")
-        _run_round(
-            specs, options, execution, earlier_rounds, selector, round_dir, work_root, beam_args, pools, log, sizing,
-            wanted,
-        )  # fmt: skip
+        run()
     records = round_records(round_dir, len(specs))
     if records is None:
         log(f"round {r}: its records are damaged or miss some of its {len(specs)} candidates; running it again")
         for marker in (DONE_MARKER, PREPARED_MARKER):
             workfiles.delete(workfiles.join(round_dir, marker))
-        _run_round(
-            specs, options, execution, earlier_rounds, selector, round_dir, work_root, beam_args, pools, log, sizing,
-            wanted,
-        )  # fmt: skip
+        run()
         resumed, records = False, round_records(round_dir, len(specs))
         if records is None:
             raise OpsynthError(f"round {r}'s records do not account for its {len(specs)} candidates")
@@ -235,63 +278,54 @@ def _run_pipeline(beam_args: list[str], build: Callable[[beam.Pipeline], None]) 
     return stage_work_seconds(result)
 
 
-def _run_round(
-    specs,
-    options,
-    execution,
-    earlier_rounds,
-    selector: Selector,
-    round_dir: str,
-    work_root: str,
-    beam_args: list[str],
-    pools: Pools,
-    log=print,
-    sizing: Sizing | None = None,
-    wanted: dict[str, int] | None = None,
+def _prepare_round(
+    inputs: RoundInputs, options, execution, beam_args: list[str], pools: Pools, log=print, spread: bool = True
 ) -> None:
-    """Run one round: its CPU stages, then its execution. A round interrupted during its CPU stages is redone
-    whole; one interrupted during its execution starts that again (its checkpointed results are reused)."""
+    """A round's CPU stages, unless they are done (`PREPARED_MARKER`) and their output intact. Interrupted, they
+    are done again whole. `spread`: on several processes where the round is large (see `_prepare_args`); a
+    round prepared beside an execution runs in this process instead, leaving the cores to the compiles."""
+    round_dir, specs = inputs.round_dir, inputs.specs
 
     def prepare(args: list[str]) -> dict[str, float]:
         workfiles.delete(round_dir)
         workfiles.mkdirs(round_dir)
         plan = Counter(spec.data_source for spec in specs)
         workfiles.write_text(workfiles.join(round_dir, PLAN_FILE), json.dumps(dict(plan)))
-        return _run_pipeline(
-            args,
-            lambda p: build_prepare(
-                p,
-                specs,
-                options,
-                earlier_rounds,
-                round_dir,
-                pools.shape_config if args is beam_args else shape_check_config(execution),
-                selector.graph_caps(),
-                pools.shapes,
-                sizing,
-            ),
-        )
+        if inputs.beside is not None:
+            leave_pending(inputs.beside)  # again: a resumed run may have lost it
+        shape_config = pools.shape_config if args is beam_args else shape_check_config(execution)
+        caps, sizing = inputs.graph_caps, inputs.sizing
+        build = partial(build_prepare, specs=specs, options=options, dedup_files=inputs.dedup_files,
+                        round_dir=round_dir, shape_config=shape_config, graph_caps=caps, shape_pool=pools.shapes,
+                        sizing=sizing)  # fmt: skip
+        return _run_pipeline(args, build)
 
     prepared = workfiles.join(round_dir, f"{PREPARED}-*.jsonl")
     if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)) and not intact(prepared):
         log(f"{round_dir}: the output of its CPU stages is damaged; running them again")
         workfiles.delete(workfiles.join(round_dir, PREPARED_MARKER))
-    if not workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
-        several = _prepare_args(beam_args, len(specs))
-        try:
-            work = prepare(several)
-        except Exception as e:
-            if several == beam_args:
-                raise
-            # Only an optimization of ours failed (Beam's multi-process mode, on a machine that lacks what it
-            # needs): the same stages in this process.
-            log(f"the CPU stages on several processes failed ({one_line(e)}); running them in this process")
-            work = prepare(beam_args)
-        workfiles.write_text(workfiles.join(round_dir, PREPARE_WORK_FILE), json.dumps(work, sort_keys=True))
-        workfiles.write_text(workfiles.join(round_dir, PREPARED_MARKER), "")
+    if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
+        return
+    several = _prepare_args(beam_args, len(specs)) if spread else beam_args
+    try:
+        work = prepare(several)
+    except Exception as e:
+        if several == beam_args:
+            raise
+        # Only an optimization of ours failed (Beam's multi-process mode, on a machine that lacks what it
+        # needs): the same stages in this process.
+        log(f"the CPU stages on several processes failed ({one_line(e)}); running them in this process")
+        work = prepare(beam_args)
+    workfiles.write_text(workfiles.join(round_dir, PREPARE_WORK_FILE), json.dumps(work, sort_keys=True))
+    workfiles.write_text(workfiles.join(round_dir, PREPARED_MARKER), "")
+
+
+def _execute_round(inputs: RoundInputs, options, execution, work_root, beam_args, pools: Pools, wanted=None) -> None:
+    """A prepared round's execution; interrupted, it starts again, its checkpointed results reused."""
+    round_dir = inputs.round_dir
     for leftover in (f"{ACCEPTED}-*", f"{EXECUTE_REJECTED}-*", "beam-temp-*"):
         workfiles.delete_matching(workfiles.join(round_dir, leftover))
-    prepared_files = workfiles.match(prepared)
+    prepared_files = workfiles.match(workfiles.join(round_dir, f"{PREPARED}-*.jsonl"))
     progress = progress_dir(work_root, round_dir)
     workfiles.mkdirs(progress)
     work = workfiles.read_json(workfiles.join(round_dir, PREPARE_WORK_FILE), {})
@@ -306,6 +340,37 @@ def _run_round(
     summary = {"verdicts": len(checkpointed.done), "phase_s": checkpointed.phase_totals()}
     workfiles.write_text(workfiles.join(round_dir, CHECKPOINTED_FILE), json.dumps(summary, sort_keys=True))
     workfiles.write_text(workfiles.join(round_dir, DONE_MARKER), "")
+
+
+class _Beside:
+    """A round's CPU stages on a thread of their own, beside the execution of the round before."""
+
+    def __init__(self, inputs: RoundInputs):
+        self.inputs = inputs
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self, prepare: Callable[[RoundInputs], None], log) -> None:
+        if self.thread is not None:
+            return  # started already (its round's execution ran again)
+        log(f"round {self.inputs.number}: {len(self.inputs.specs)} candidates, prepared beside the round before")
+
+        def run() -> None:
+            try:
+                prepare(self.inputs)
+            except BaseException as e:  # told when the round is due (`wait`), and its CPU stages done again
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name=f"round-{self.inputs.number}-cpu-stages", daemon=True)
+        self.thread.start()
+
+    def wait(self, log) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            log(f"round {self.inputs.number}: its CPU stages beside the round before failed ({one_line(self.error)})")
+            self.error = None
 
 
 def _prepare_args(beam_args: list[str], candidates: int) -> list[str]:
@@ -401,23 +466,37 @@ def _generate(
     timed: list[float] = []  # measured / predicted time of the executions so far that ran at their first sizes
     exhausted: dict[str, dict] = {}  # data source -> when it was retired and where its missing rows went
     idle = 0
+    beside: _Beside | None = None  # the next round, its CPU stages run beside this one's execution
     try:
-        while plan := _plan_round(selector.missing(), tried, last_round):
-            if idle >= MAX_IDLE_ROUNDS:
-                break
+        while selector.missing() and idle < MAX_IDLE_ROUNDS:
             r = len(rounds)
-            round_dir = workfiles.join(work_root, f"round-{r:05d}")
-            plan = recorded_plan(round_dir) or plan
-            specs = [
-                CandidateSpec(s, i, candidate_seed(options.seed, s, i))
-                for s, n in plan.items()
-                for i in range(tried[s], tried[s] + n)
-            ]
             t0 = time.monotonic()
+            if beside is not None and beside.inputs.number == r:
+                beside.wait(log)  # its CPU stages, if they failed there, run again here
+                inputs = beside.inputs
+            else:
+                inputs = _round_inputs(
+                    r, _plan_round(selector.missing(), tried, last_round), tried, options.seed, work_root, round_dirs,
+                    selector.graph_caps(), round_sizing(options, timed, log),
+                )  # fmt: skip
+            plan, round_dir = inputs.plan, inputs.round_dir
+            # The next round is planned now, from what is known before this one's execution, so that its CPU
+            # stages run beside it (and a resumed run plans it the same).
+            ahead = _speculative_plan(selector.missing(), plan, last_round)
+            beside = None
+            if ahead:
+                beside = _Beside(
+                    _round_inputs(
+                        r + 1, ahead, tried + Counter(plan), options.seed, work_root, round_dirs,
+                        selector.graph_caps(), round_sizing(options, timed, lambda *_: None), beside=round_dir,
+                    )
+                )  # fmt: skip
+            prepare = partial(_prepare_round, options=options, execution=execution, beam_args=beam_args,
+                              pools=pools, log=log, spread=False)  # fmt: skip
             asked = wanted(selector.missing())
             new_accepted, new_rejected, resumed = _round_results(
-                r, plan, specs, options, execution, list(round_dirs), selector, round_dir, work_root, beam_args,
-                pools, log, round_sizing(options, timed, log), asked,
+                inputs, options, execution, work_root, beam_args, pools, log, asked,
+                before_execution=None if beside is None else partial(beside.start, prepare, log),
             )  # fmt: skip
             spent = executions(new_accepted, new_rejected)
             new_accepted, new_rejected, aside = trim(new_accepted, new_rejected, asked, prepared_candidates(round_dir))
@@ -431,14 +510,15 @@ def _generate(
             workfiles.write_jsonl(workfiles.join(round_dir, REJECTED_SPOOL), rejections)
             round_dirs.append(round_dir)
             gained = Counter(c.data_source for c in chosen)
-            last_round = {s: (n, gained[s]) for s, n in plan.items()}
+            unused = Counter(c.data_source for c in aside)
+            last_round = {s: (n - unused[s], gained[s]) for s, n in plan.items()}
             idle = 0 if chosen else idle + 1
             accepted_total += len(new_accepted)
             dropped.update((x.stage, x.reason) for x in rejections)
             rounds.append(
                 {
                     "round": r,
-                    "candidates": len(specs),
+                    "candidates": len(inputs.specs),
                     "accepted": len(new_accepted),
                     "not_needed": len(aside),
                     "resumed": resumed,
@@ -469,6 +549,8 @@ def _generate(
                     f"{EXHAUSTION_YIELD:.0%}); its {moved} missing rows go to {heir}"
                 )
             del new_accepted, new_rejected, chosen, skipped, rejections, aside
+        if beside is not None:
+            beside.wait(lambda *_: None)  # a round prepared ahead but not needed: done before its pools close
     finally:
         if monitor is not None:
             monitor.__exit__(None, None, None)

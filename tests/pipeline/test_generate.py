@@ -251,6 +251,29 @@ def test_cpu_stages_fall_back_to_this_process_when_several_processes_fail(monkey
     assert len(load_dataset(str(tmp_path / "o"), split="train")) == 4
 
 
+def test_the_next_rounds_cpu_stages_run_beside_this_ones_execution_and_make_the_same_dataset(
+    tmp_path, monkeypatch, capsys
+):
+    """A pilot of 4 candidates for 12 rows: round 1 is planned and prepared while round 0 executes. A run that
+    prepares it only once round 0 is done (as a resumed one may) makes the same dataset."""
+    import pipeline.run
+
+    monkeypatch.setattr(pipeline.run, "PILOT_CANDIDATES", 4)
+    argv = ["--num-samples", "12", "--mixture", "torch2=100", "--seed", "5", *TINY, "--no-compile-check",
+            "--runtime-window-ms", "0,10000"]  # fmt: skip
+    assert main(["generate", "--out", str(tmp_path / "beside"), *argv]) == 0
+    assert "round 1: 30 candidates, prepared beside the round before" in capsys.readouterr().out
+    monkeypatch.setattr(pipeline.run._Beside, "start", lambda self, prepare, log: None)
+    assert main(["generate", "--out", str(tmp_path / "after"), *argv]) == 0
+    assert "prepared beside" not in capsys.readouterr().out
+    beside, after = (load_dataset(str(tmp_path / d), split="train")["id"] for d in ("beside", "after"))
+    assert beside == after and len(beside) == 12
+    plans = [
+        json.loads((tmp_path / "beside" / ".opsynth" / f"round-{r:05d}" / "plan.json").read_text()) for r in (0, 1)
+    ]
+    assert plans == [{"torch#2": 4}, {"torch#2": 30}]
+
+
 def test_an_exhausted_source_is_retired_and_the_set_keeps_its_size(tmp_path, monkeypatch, kernelbench_parquet):
     import pipeline.run
 

@@ -69,6 +69,21 @@ def test_a_round_never_exceeds_the_candidate_cap():
     assert plan["torch#2"] > 20 * plan["torch#1"]  # shares kept
 
 
+def test_the_next_round_is_planned_from_what_this_one_should_yield_before_it_executes():
+    from pipeline.config import MAX_ROUND_CANDIDATES
+    from pipeline.run import _speculative_plan
+
+    # A 600-row run's pilot: 400 torch#2 candidates for 503 rows, at the pilot's 40 % no more than 160; 115
+    # torch#3 candidates for its 46 rows should do.
+    ahead = _speculative_plan({"torch#2": 503, "torch#3": 46}, {"torch#2": 400, "torch#3": 115}, {})
+    assert ahead == {"torch#2": 987}  # (503 - 400 x 40 %) / 40 % x 1.15
+    # After a round of 400 that gave 320 rows (80 %): 252 candidates for 183 rows are expected to do.
+    assert _speculative_plan({"torch#2": 183}, {"torch#2": 252}, {"torch#2": (400, 320)}) == {}
+    assert _speculative_plan({"torch#2": 183}, {"torch#2": 100}, {"torch#2": (400, 320)}) == {"torch#2": 149}
+    assert _speculative_plan({"torch#1": 20}, {"torch#1": 60}, {"torch#1": (60, 0)}) == {}, "its yield unknown"
+    assert sum(_speculative_plan({"torch#2": 50_000}, {"torch#2": 400}, {}).values()) <= MAX_ROUND_CANDIDATES
+
+
 def test_an_exhausted_data_source_hands_its_missing_rows_to_the_largest_one():
     from collections import Counter
 

@@ -62,7 +62,12 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
     assert len(keys) == len(set(keys)), "a checkpointed candidate was executed again"
     stats = json.loads((killed / "stats.json").read_text())
     reference_stats = json.loads((reference / "stats.json").read_text())
-    assert stats["counts"] == reference_stats["counts"]
+    # The same candidates, verdicts and rows; the executions are the work done, which past a round's fill point
+    # depends on what had started (see pipeline.selection.FillPoint).
+    work = ("executions", "executions_per_row")
+    assert {k: v for k, v in stats["counts"].items() if k not in work} == {
+        k: v for k, v in reference_stats["counts"].items() if k not in work
+    }
     # The phases of every verdict, the killed run's included, as if it had run once.
     every = stats["timings_s"]["checkpointed_worker_phases"]
     assert every["verdicts"] == reference_stats["funnel"]["execute"]["in"] == len(keys)
