@@ -174,6 +174,11 @@ def _plan_round(missing: dict[str, int], tried: Counter, last_round: dict[str, t
         else:
             n = min(math.ceil(want * INITIAL_OVERSAMPLING), PILOT_CANDIDATES)
         plan[source] = max(MIN_CANDIDATES_PER_ROUND, n)
+    return _capped(plan)
+
+
+def _capped(plan: dict[str, int]) -> dict[str, int]:
+    """A plan of more than MAX_ROUND_CANDIDATES scaled down to it, each source keeping its share."""
     total = sum(plan.values())
     if total > MAX_ROUND_CANDIDATES:
         plan = {s: max(MIN_CANDIDATES_PER_ROUND, n * MAX_ROUND_CANDIDATES // total) for s, n in plan.items()}
@@ -196,10 +201,7 @@ def _speculative_plan(missing: dict[str, int], plan: dict[str, int], last_round:
         short = want - plan.get(source, 0) * expected
         if short > 0:
             ahead[source] = max(MIN_CANDIDATES_PER_ROUND, math.ceil(short / expected * ROUND_PADDING))
-    total = sum(ahead.values())
-    if total > MAX_ROUND_CANDIDATES:
-        ahead = {s: max(MIN_CANDIDATES_PER_ROUND, n * MAX_ROUND_CANDIDATES // total) for s, n in ahead.items()}
-    return ahead
+    return _capped(ahead)
 
 
 @dataclass(frozen=True)
@@ -471,13 +473,14 @@ def _generate(
         while selector.missing() and idle < MAX_IDLE_ROUNDS:
             r = len(rounds)
             t0 = time.monotonic()
+            sizing = round_sizing(options, timed, log)  # from the rounds finished so far
             if beside is not None and beside.inputs.number == r:
                 beside.wait(log)  # its CPU stages, if they failed there, run again here
                 inputs = beside.inputs
             else:
                 inputs = _round_inputs(
                     r, _plan_round(selector.missing(), tried, last_round), tried, options.seed, work_root, round_dirs,
-                    selector.graph_caps(), round_sizing(options, timed, log),
+                    selector.graph_caps(), sizing,
                 )  # fmt: skip
             plan, round_dir = inputs.plan, inputs.round_dir
             # The next round is planned now, from what is known before this one's execution, so that its CPU
@@ -488,7 +491,7 @@ def _generate(
                 beside = _Beside(
                     _round_inputs(
                         r + 1, ahead, tried + Counter(plan), options.seed, work_root, round_dirs,
-                        selector.graph_caps(), round_sizing(options, timed, lambda *_: None), beside=round_dir,
+                        selector.graph_caps(), sizing, beside=round_dir,
                     )
                 )  # fmt: skip
             prepare = partial(_prepare_round, options=options, execution=execution, beam_args=beam_args,
