@@ -286,7 +286,8 @@ class _DedupGroupFn(beam.DoFn):
         _, joined = group
         members = list(joined[MEMBERS])
         if not members:
-            return  # a key of an earlier round alone
+            # a key of an earlier round alone
+            return
         kept, dropped = split_group(members, lambda c: c.order, any(True for _ in joined[EARLIER]))
         if kept is not None:
             Metrics.counter(COUNTER_NAMESPACE, "dedup_kept").inc()
@@ -305,7 +306,8 @@ class _GraphRoomFn(beam.DoFn):
         (source, _), joined = group
         ordered = sorted(joined[MEMBERS], key=lambda c: c.index)
         if not ordered:
-            return  # a graph of earlier rounds alone
+            # a graph of earlier rounds alone
+            return
         taken = sum(joined[EARLIER])
         room = max(0, self.caps[source] - taken) if source in self.caps else len(ordered)
         yield from ordered[:room]
@@ -475,7 +477,8 @@ class _ExecuteBatchFn(beam.DoFn):
 
             def on_result(i: int, result: tuple) -> None:
                 if result[1].reason == NOT_NEEDED:
-                    return  # nothing ran: nothing to keep
+                    # nothing ran: nothing to keep
+                    return
                 if fill is not None:
                     fill.add(todo[i], result[1].kept)
                 checkpoint.add(i, result)

@@ -1,5 +1,6 @@
 """Each composite under Beam's TestPipeline, asserted on its kept and rejected outputs."""
 
+import logging
 import math
 
 import apache_beam as beam
@@ -190,23 +191,38 @@ def _predicted(code: str, speed) -> float:
     return speed.predicted_ms(check_shapes(code).measurements["cost"])
 
 
-def test_only_the_execution_carries_the_accelerator_hint_and_its_candidates_are_reshuffled():
-    """A distributed runner may then run the CPU stages on CPU workers, and spreads a round's candidates."""
+HINT = "type:nvidia-l4;count:1;install-nvidia-driver"
+
+
+def _built_pipelines() -> tuple[beam.Pipeline, beam.Pipeline]:
+    """A round's two pipelines (its CPU stages, its execution), built but not run."""
     from pipeline.config import OPS6K_MIXTURE
     from pipeline.graph import build_execute, build_prepare
     from pipeline.options import GenerateOptions
     from pipeline.run import execution_config, shape_check_config
 
-    hint = "type:nvidia-l4;count:1;install-nvidia-driver"
     options = GenerateOptions(
         out="o", num_samples=20, seed=1, preset="ops6k", mixture=OPS6K_MIXTURE, op_weights="ops6k", device="cpu",
         workload="tiny", runtime_window_ms=(0.005, 50.0), kernelbench="embedded", similarity_threshold=0.9,
-        jaccard_threshold=0.85, compile_check=False, timeout_s=60, workers=2, batch_size=64, accelerator=hint,
+        jaccard_threshold=0.85, compile_check=False, timeout_s=60, workers=2, batch_size=64, accelerator=HINT,
     )  # fmt: skip
     execution = execution_config("cpu", (0.005, 50.0), 60, False, 2)
     prepare, execute = beam.Pipeline(), beam.Pipeline()
     build_prepare(prepare, [CandidateSpec("torch#1", 0, 0)], options, [], "r", shape_check_config(execution))
     build_execute(execute, ["r/prepared-0.jsonl"], options, execution, "r", "progress")
+    return prepare, execute
+
+
+def test_building_the_pipelines_prints_no_beam_warning(caplog):
+    """Beam warns of a DoFn whose process method both yields and returns a value, into the user's terminal."""
+    with caplog.at_level(logging.WARNING):
+        _built_pipelines()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_only_the_execution_carries_the_accelerator_hint_and_its_candidates_are_reshuffled():
+    """A distributed runner may then run the CPU stages on CPU workers, and spreads a round's candidates."""
+    prepare, execute = _built_pipelines()
     hinted, names = set(), set()
     for p in (prepare, execute):
         proto = p.to_runner_api()
@@ -214,7 +230,7 @@ def test_only_the_execution_carries_the_accelerator_hint_and_its_candidates_are_
             names.add(transform.unique_name)
             environment = proto.components.environments.get(transform.environment_id)
             if environment is not None and environment.resource_hints:
-                assert environment.resource_hints["beam:resources:accelerator:v1"] == hint.encode()
+                assert environment.resource_hints["beam:resources:accelerator:v1"] == HINT.encode()
                 hinted.add(transform.unique_name.split("/")[0])
     assert hinted == {"ExecuteCandidates"}
     assert "SpreadOverWorkers" in names
