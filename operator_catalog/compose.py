@@ -159,7 +159,7 @@ def chain(entries: list[OpEntry], rng: random.Random, workload: Workload, batch_
                 raise NotApplicable(f"{entry.name}: its parameters exceed the element budget")
             if entry.output_shape is None:
                 out = apply_call(call, x, operands, module)
-            else:  # meta cannot run it (data-dependent control flow): the entry states its output shape
+            else:  # meta cannot run it, or only slowly: the entry states its output shape
                 out = torch.empty(entry.output_shape(call, spec))
             if not isinstance(out, torch.Tensor) or out.numel() == 0 or (out.dim() == 0 and not entry.terminal):
                 raise NotApplicable(f"{entry.name} produced no chainable tensor")

@@ -211,8 +211,8 @@ class OpEntry:
     kind: EntryKind = "torch"  # torch operator or a standalone transformers module
     excluded: str | None = None  # why the entry is never sampled, or None
     notes: str = field(default="", compare=False)  # why it is sampled the way it is
-    # Only for operators the meta device cannot run (control flow on values): the float output shape of a call
-    # on an input spec. Everything else is shaped by running it on meta.
+    # Only for operators the meta device cannot run (control flow on values) or runs slowly (a recurrence): the
+    # float output shape of a call on an input spec. Everything else is shaped by running it on meta.
     output_shape: Callable[[OpCall, TensorSpec], tuple[int, ...]] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

@@ -108,10 +108,21 @@ def _mha_forward(ctx: SampleContext) -> OpCall:
     )
 
 
+def _recurrent_output_shape(call: OpCall, x) -> tuple[int, ...]:
+    """The sequence of hidden states of a batch-first recurrence (what `_recurrent` samples): composing a chain
+    needs only this, and meta would unroll the recurrence step by step to find it (about a second for a
+    two-layer bidirectional LSTM, most of a composition's time). The shape check still runs it whole."""
+    hidden = next(a.value for a in call.init_args if isinstance(a, Hoisted) and a.name == "hidden_size")
+    directions = 2 if dict(call.init_kwargs).get("bidirectional") else 1
+    batch, steps, _ = x.shape
+    return (batch, steps, hidden * directions)
+
+
 ENTRIES = [
-    OpEntry(name="nn.LSTM", family=FAMILY, sampler=_recurrent("nn.LSTM"), ranks=(3,)),
-    OpEntry(name="nn.GRU", family=FAMILY, sampler=_recurrent("nn.GRU"), ranks=(3,)),
-    OpEntry(name="nn.RNN", family=FAMILY, sampler=_recurrent("nn.RNN"), ranks=(3,)),
+    *(
+        OpEntry(name=name, family=FAMILY, sampler=_recurrent(name), ranks=(3,), output_shape=_recurrent_output_shape)
+        for name in ("nn.LSTM", "nn.GRU", "nn.RNN")
+    ),
     OpEntry(name="nn.MultiheadAttention", family=FAMILY, sampler=_multihead_attention, ranks=(3,)),
     OpEntry(name="F.scaled_dot_product_attention", family=FAMILY, sampler=_sdpa, ranks=(3, 4)),
     OpEntry(name="F.multi_head_attention_forward", family=FAMILY, sampler=_mha_forward, ranks=(3,)),

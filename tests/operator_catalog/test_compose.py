@@ -191,3 +191,27 @@ class Model(nn.Module):
     assert not ops_mentioned(freeform, ["torch.clamp", "nn.Conv2d"])
     assert not ops_mentioned(freeform, ["sub"])
     assert not ops_mentioned("class Model(:", ["torch.sum"])
+
+
+@pytest.mark.parametrize("name", ["nn.LSTM", "nn.GRU", "nn.RNN"])
+def test_a_recurrence_states_the_output_shape_that_running_it_on_meta_gives(name):
+    import random
+
+    from operator_catalog.compose import sample_input
+    from operator_catalog.entry import NotApplicable, SampleContext, apply_call, build_module
+
+    entry = get(name)
+    checked, bidirectional = 0, 0
+    for seed in range(60):
+        rng = random.Random(seed)
+        spec = sample_input(3, TINY, rng)
+        try:
+            call = entry.sample(SampleContext(spec, rng, TINY))
+        except NotApplicable:
+            continue  # too long a sequence for a recurrence
+        with torch.device("meta"):
+            out = apply_call(call, torch.empty(spec.shape), {}, build_module(call))
+        assert tuple(out.shape) == entry.output_shape(call, spec), (call, spec)
+        checked += 1
+        bidirectional += dict(call.init_kwargs).get("bidirectional", False)
+    assert checked >= 10 and 0 < bidirectional < checked
