@@ -11,6 +11,7 @@ could run code in the pool).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -153,6 +154,7 @@ def _serve(conn: Connection, containment: dict) -> None:
         setup.device_lock.watch(open_watch(setup.watch_path))
     _set_up_device(torch, cfg, setup.gpu_index)
     _no_monitor_threads()
+    quiet_library_notices()
     warm_up = _run_job(EXECUTE, WARM_UP_SOURCE, 0, setup, window=(0.0, float("inf")))
     baseline = integrity.snapshot()
     ready_rss = _resident_bytes()
@@ -205,6 +207,18 @@ def _no_monitor_threads() -> None:
     except ImportError:
         return
     tqdm.tqdm.monitor_interval = 0
+
+
+class _StandaloneAttentionNotice(logging.Filter):
+    """transformers warns, once per process, that an attention module runs outside a model with no attention
+    implementation set: which is what a transformers task is. Left alone, every worker says so to the user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`AttentionInterface`" not in record.getMessage()
+
+
+def quiet_library_notices() -> None:
+    logging.getLogger("transformers.modeling_utils").addFilter(_StandaloneAttentionNotice())
 
 
 def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tuple[float, float] | None = None):

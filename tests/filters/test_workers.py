@@ -1,6 +1,8 @@
 """The worker pool's care of its workers: replaced when they break the protocol, retired after many tasks, and
 contained (what the first worker reports of its containment)."""
 
+import logging
+
 import pytest
 
 from filters.execution import ExecutionConfig
@@ -63,3 +65,17 @@ def test_a_job_decided_before_it_is_handed_out_does_not_run():
         assert [v.reason for v in verdicts] == [KEEP, NOT_NEEDED, KEEP, NOT_NEEDED]
         assert sorted(finals) == [(0, KEEP), (1, NOT_NEEDED), (2, KEEP), (3, NOT_NEEDED)]
         assert pool.replaced == 0, "the segfaulting tasks never ran"
+
+
+def test_workers_keep_transformers_notice_about_standalone_attention_from_the_user(capsys):
+    """Each worker that runs a transformers attention module would print it once: what those tasks are."""
+    import transformers.modeling_utils  # noqa: F401  (its logger, as transformers sets it up)
+
+    from filters.worker_process import quiet_library_notices
+
+    quiet_library_notices()
+    logger = logging.getLogger("transformers.modeling_utils")
+    logger.warning("You tried to access the `AttentionInterface` with a `config._attn_implementation` set to None")
+    logger.warning("another notice")
+    err = capsys.readouterr().err
+    assert "AttentionInterface" not in err and "another notice" in err
