@@ -9,6 +9,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import sys
 
 from pipeline.config import AST_SIMILARITY_THRESHOLD, DEFAULT_PRESET, KERNELBENCH_JACCARD_THRESHOLD, WORKLOADS
@@ -674,11 +675,46 @@ def _traceback_if(debug: bool) -> None:
         traceback.print_exc()
 
 
+INTERRUPTED_EXIT = 130  # the shell's code for a command stopped by SIGINT
+INTERRUPTED = "opsynth: interrupted; run the same command again to resume"
+
+
+class _Interrupt:
+    """Ctrl-C, noted as it comes: Beam turns a KeyboardInterrupt raised inside a stage into a RuntimeError and
+    logs its traceback, so `main` tells an interrupt by this, not by the exception that reaches it."""
+
+    seen = False
+
+    @classmethod
+    def handle(cls, signum, frame) -> None:
+        cls.seen = True
+        logging.disable(logging.CRITICAL)  # the stages' tracebacks of the interrupt are not news
+        raise KeyboardInterrupt
+
+
+def _interrupted() -> int:
+    print(INTERRUPTED, file=sys.stderr)
+    return INTERRUPTED_EXIT
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.getLogger().addFilter(_quiet_optional_beam_clients)
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]  # accepted before or after the subcommand
+    watching = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not where SIGINT is ignored
+    if watching:
+        _Interrupt.seen = False
+        signal.signal(signal.SIGINT, _Interrupt.handle)
+    try:
+        return _main(argv, debug)
+    finally:
+        if watching:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            logging.disable(logging.NOTSET)
+
+
+def _main(argv: list[str], debug: bool) -> int:
     try:
         return run(argv)
     except UsageError as e:
@@ -686,6 +722,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opsynth: error: {e}", file=sys.stderr)
         return 2
     except OpsynthError as e:
+        if _Interrupt.seen:
+            return _interrupted()
         _traceback_if(debug)
         print(f"opsynth: error: {e}", file=sys.stderr)
         return 1
@@ -694,9 +732,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        print("opsynth: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
+        return _interrupted()
     except Exception as e:
+        if _Interrupt.seen:
+            return _interrupted()
         _traceback_if(debug)
         if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e):
             print("opsynth: error: no space left on device; free some, then run the same command again (generate "

@@ -265,3 +265,31 @@ def test_a_negative_value_is_judged_as_a_value(tmp_path, capsys):
     assert code == 2 and "need 0 <= LO < HI, got '-1,5'" in stderr and not (tmp_path / "o").exists()
     code, _, stderr = _run(capsys, [*GEN, "--out", str(tmp_path / "o"), "--num-samples", "-3"])
     assert code == 2 and "--num-samples" in stderr and "expected one argument" not in stderr
+
+
+def test_ctrl_c_inside_a_beam_stage_says_how_to_resume_and_prints_no_traceback(monkeypatch, capsys, caplog):
+    """Beam logs a KeyboardInterrupt raised in a stage with its traceback and re-raises it as a RuntimeError."""
+    import logging
+    import os
+    import signal
+
+    import pipeline.cli
+
+    def a_stage_interrupted(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
+            raise AssertionError("SIGINT did not interrupt")
+        except KeyboardInterrupt as e:
+            logging.getLogger("apache_beam.runners.common").error(
+                "KeyboardInterrupt [while running 'Stage']", exc_info=e
+            )
+            raise RuntimeError("KeyboardInterrupt [while running 'Stage']") from e
+
+    monkeypatch.setattr(pipeline.cli, "run", a_stage_interrupted)
+    assert main(["generate", "--out", "o"]) == 130
+    err = capsys.readouterr().err
+    assert err == "opsynth: interrupted; run the same command again to resume\n"
+    assert not caplog.records, "the stage's traceback is not logged"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert logging.getLogger().isEnabledFor(logging.ERROR), "logging is back for whatever runs next"
