@@ -25,6 +25,7 @@ from filters.shape_check import check_shapes
 from filters.workers import Job, WorkerPool
 from operator_catalog.codegen import render
 from operator_catalog.compose import compose
+from pipeline.candidates import make_candidate, rescale_candidate
 from pipeline.config import (
     CALIBRATION_MAX_FACTOR,
     CALIBRATION_TARGET,
@@ -35,7 +36,6 @@ from pipeline.config import (
 )
 from pipeline.records import CandidateSpec, candidate_seed
 from pipeline.run import execution_config
-from pipeline.stages import make_candidate, rescale_candidate
 
 TARGETS = {"cpu": 200.0, "decontam": 100.0, "execute": 10.0, "gpu_busy": 0.5}
 

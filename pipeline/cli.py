@@ -131,7 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=GENERATE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    gen.add_argument("--out", required=True, help="output folder (new, empty, or an unfinished run to resume)")
+    gen.add_argument("--out", help="output folder (new, empty, or an unfinished run to resume); not with --plan")
+    gen.add_argument(
+        "--plan",
+        action="store_true",
+        help="make no dataset: estimate on the CPU whether each data source holds enough distinct tasks for its "
+        "rows, print the estimate, and exit (2 naming a source that falls short)",
+    )
     gen.add_argument(
         "--work-dir",
         help="where rounds and checkpoints go, reachable by every Beam worker (gs://... on Dataflow; "
@@ -294,11 +300,14 @@ def _positive(name: str, value, kind=int):
     return value
 
 
-def _execution_settings(args, remote: bool = False) -> dict:
-    """The execution options; `remote` when a distributed runner's workers, not this machine, run the tasks."""
+def _execution_settings(args, remote: bool = False, plan: bool = False) -> dict:
+    """The execution options; `remote` when a distributed runner's workers, not this machine, run the tasks;
+    `plan` when nothing runs, so a device named need not be here."""
     from pipeline.options import check_workload, parse_window
 
-    if remote:
+    if plan and args.device in ("cuda", "cpu"):
+        device = args.device
+    elif remote:
         if args.device not in ("cuda", "cpu"):
             raise UsageError("--device: with a distributed --runner say where the workers run: cuda or cpu")
         if args.workers is None:
@@ -401,19 +410,21 @@ def cmd_generate(args, extra: list[str]) -> int:
     unknown = _unknown_beam_args(extra)
     if unknown:
         raise UsageError(f"unknown option {unknown[0]} (see `opsynth generate --help`; Beam options pass through)")
+    if args.out is None and not args.plan:
+        raise UsageError("generate needs --out DIR, the folder the dataset goes to (see `opsynth generate --help`)")
     preset = check_preset(args.preset)
     num_samples = _positive("--num-samples", args.num_samples) or preset["num_samples"]
     mixture = parse_mixture(args.mixture) if args.mixture is not None else dict(preset["mixture"])
-    settings = _execution_settings(args, remote=_distributed_runner(extra) is not None)
+    settings = _execution_settings(args, remote=_distributed_runner(extra) is not None, plan=args.plan)
     _load_kernelbench(settings["kernelbench"])  # fail fast: the workers load it from the spec
     batch_size = _positive("--batch-size", args.batch_size) or _default_batch_size(settings["workers"], extra)
-    if "://" in args.out:
+    if args.out is not None and "://" in args.out:
         raise UsageError(
             f"--out {args.out}: the dataset is written to a local or mounted folder; "
             "put the workers' files on the object store with --work-dir instead"
         )
     options = GenerateOptions(
-        out=args.out,
+        out=args.out or "",
         work_dir=args.work_dir,
         num_samples=num_samples,
         seed=args.seed,
@@ -424,6 +435,13 @@ def cmd_generate(args, extra: list[str]) -> int:
         accelerator=args.accelerator or None,
         **settings,
     )
+    if args.plan:
+        from pipeline.plan import plan, refuse_short, report
+
+        plans = plan(options)
+        print(report(plans, options))
+        refuse_short(plans)
+        return 0
     result = generate(options, extra)
     return 0 if result.rows == num_samples else 1
 

@@ -119,6 +119,11 @@ MAX_ROUND_CANDIDATES = 4096
 IN_PROCESS_BATCH = 2 * MAX_ROUND_CANDIDATES
 BATCH_PER_WORKER = 64  # elsewhere: a batch per Beam worker, for each of its execution workers
 MAX_IDLE_ROUNDS = 4
+# `generate --plan` (pipeline/plan.py): a data source needs its rows / PLAN_EXECUTION_YIELD distinct tasks
+# from the CPU stages (on one H200 about 80 % of the candidates executed are kept), and its walk stops after
+# PLAN_SAMPLE candidates short of that, estimating what it holds from how its distinct tasks grew.
+PLAN_EXECUTION_YIELD = 0.7
+PLAN_SAMPLE = 1000
 # A data source is exhausted when a round that made at least EXHAUSTION_MIN_CANDIDATES of its candidates turned
 # fewer than EXHAUSTION_YIELD of them into rows (as single operators do once their distinct programs are used
 # up and most candidates repeat earlier ones): each further row would cost over a hundred candidates. Its missing

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -22,20 +21,18 @@ from apache_beam.utils.shared import Shared
 from filters.calibration import rescale_factor, run_calibrated
 from filters.cost import DeviceSpeed
 from filters.decontamination import decontaminate, load_reference
-from filters.dedup import dedup_key, op_graph_hash, split_group
+from filters.dedup import op_graph_hash, split_group
 from filters.execution import ExecutionConfig
 from filters.reasons import DUPLICATE, NOT_NEEDED, SHAPE_ERROR, Verdict
 from filters.worker_process import SHAPES
 from filters.workers import Job, WorkerPool
-from operator_catalog.codegen import render
-from operator_catalog.compose import CompositionError, compose
+from operator_catalog.compose import CompositionError
 from operator_catalog.entry import Workload
-from operator_catalog.transformers_modules import compose_transformers
+from pipeline.candidates import input_elements, make_candidate, rescale_candidate
 from pipeline.config import (
     CALIBRATION_MAX_FACTOR,
     CALIBRATION_TARGET,
     CALIBRATION_TRIES,
-    COMPOSE_ATTEMPTS,
     SIZE_MAX_FACTOR,
     SIZE_SLACK,
 )
@@ -85,54 +82,6 @@ def route(candidate: Candidate, verdict: Verdict, stage: str) -> Iterator:
     else:
         Metrics.counter(COUNTER_NAMESPACE, f"dropped_{verdict.reason}").inc()
         yield TaggedOutput(REJECTED, Rejection(candidate, verdict.reason, stage, verdict.detail))
-
-
-def num_ops_of(data_source: str) -> int:
-    return int(data_source.split("#", 1)[1])
-
-
-def make_candidate(
-    spec: CandidateSpec, workload: Workload, batch_scale: float = 1.0, op_weights: str = "uniform"
-) -> Candidate:
-    """Compose and render one candidate; raises CompositionError when no chain fits."""
-    if spec.data_source == "transformers":
-        task = compose_transformers(spec.seed, workload, batch_scale)
-    else:
-        k = num_ops_of(spec.data_source)
-        task = render(compose(spec.seed, k, workload, COMPOSE_ATTEMPTS, batch_scale, op_weights))
-    return Candidate(
-        data_source=spec.data_source,
-        index=spec.index,
-        seed=spec.seed,
-        ops=task.ops,
-        code=task.source,
-        input_shapes=tuple({"shape": list(s.shape), "dtype": s.dtype} for s in task.input_shapes),
-        dedup_key=dedup_key(task.source),
-        batch_scale=batch_scale,
-    )
-
-
-def input_elements(candidate: Candidate) -> int:
-    """Elements of a candidate's inputs, all of them together."""
-    return sum(math.prod(s["shape"]) for s in candidate.input_shapes)
-
-
-def rescale_candidate(
-    candidate: Candidate, factor: float, workload: Workload, op_weights: str = "uniform"
-) -> Candidate | None:
-    """The same candidate with its batch scaled by `factor`, or None where sizes cannot move that way.
-    `op_weights` must be those it was made with, or the seed would compose another task."""
-    spec = CandidateSpec(candidate.data_source, candidate.index, candidate.seed)
-    try:
-        rescaled = make_candidate(spec, workload, candidate.batch_scale * factor, op_weights)
-    except CompositionError:
-        return None
-    if rescaled.input_shapes == candidate.input_shapes:
-        return None  # the element budget (or rounding) holds the batch where it is
-    largest = max(max(s["shape"]) for s in rescaled.input_shapes)
-    if factor < 1 and largest < workload.min_largest_dim:
-        return None
-    return rescaled.measured(candidate.measurements)
 
 
 class _ComposeFn(beam.DoFn):

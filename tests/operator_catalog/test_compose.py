@@ -92,8 +92,8 @@ def test_ops6k_weights_draw_operators_as_often_as_the_released_set():
 
 
 def test_a_rescaled_candidate_keeps_its_operators_under_weights():
+    from pipeline.candidates import make_candidate, rescale_candidate
     from pipeline.records import CandidateSpec
-    from pipeline.stages import make_candidate, rescale_candidate
 
     for index in range(10):
         spec = CandidateSpec("torch#3", index, 1000 + index)

@@ -157,8 +157,9 @@ def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_t
     are made again from their seeds at a scaled batch, within the element budget; every kept one carries its
     prediction, and a rescaled one its new sizes."""
     from filters.cost import DeviceSpeed
+    from pipeline.candidates import make_candidate
     from pipeline.config import CALIBRATION_TARGET, SIZE_SLACK
-    from pipeline.stages import Sizing, make_candidate
+    from pipeline.stages import Sizing
 
     workload = WORKLOADS["tiny"]
     window = (1.0, 100.0)

@@ -1,0 +1,62 @@
+"""A candidate from its spec: composed from its seed and rendered, or made again with its batch rescaled. Plain
+functions, no Beam: the pipeline's stages, the plan and the benchmarks make candidates alike."""
+
+from __future__ import annotations
+
+import math
+
+from filters.dedup import dedup_key
+from operator_catalog.codegen import render
+from operator_catalog.compose import CompositionError, compose
+from operator_catalog.entry import Workload
+from operator_catalog.transformers_modules import compose_transformers
+from pipeline.config import COMPOSE_ATTEMPTS
+from pipeline.records import Candidate, CandidateSpec
+
+
+def num_ops_of(data_source: str) -> int:
+    return int(data_source.split("#", 1)[1])
+
+
+def make_candidate(
+    spec: CandidateSpec, workload: Workload, batch_scale: float = 1.0, op_weights: str = "uniform"
+) -> Candidate:
+    """Compose and render one candidate; raises CompositionError when no chain fits."""
+    if spec.data_source == "transformers":
+        task = compose_transformers(spec.seed, workload, batch_scale)
+    else:
+        k = num_ops_of(spec.data_source)
+        task = render(compose(spec.seed, k, workload, COMPOSE_ATTEMPTS, batch_scale, op_weights))
+    return Candidate(
+        data_source=spec.data_source,
+        index=spec.index,
+        seed=spec.seed,
+        ops=task.ops,
+        code=task.source,
+        input_shapes=tuple({"shape": list(s.shape), "dtype": s.dtype} for s in task.input_shapes),
+        dedup_key=dedup_key(task.source),
+        batch_scale=batch_scale,
+    )
+
+
+def input_elements(candidate: Candidate) -> int:
+    """Elements of a candidate's inputs, all of them together."""
+    return sum(math.prod(s["shape"]) for s in candidate.input_shapes)
+
+
+def rescale_candidate(
+    candidate: Candidate, factor: float, workload: Workload, op_weights: str = "uniform"
+) -> Candidate | None:
+    """The same candidate with its batch scaled by `factor`, or None where sizes cannot move that way.
+    `op_weights` must be those it was made with, or the seed would compose another task."""
+    spec = CandidateSpec(candidate.data_source, candidate.index, candidate.seed)
+    try:
+        rescaled = make_candidate(spec, workload, candidate.batch_scale * factor, op_weights)
+    except CompositionError:
+        return None
+    if rescaled.input_shapes == candidate.input_shapes:
+        return None  # the element budget (or rounding) holds the batch where it is
+    largest = max(max(s["shape"]) for s in rescaled.input_shapes)
+    if factor < 1 and largest < workload.min_largest_dim:
+        return None
+    return rescaled.measured(candidate.measurements)

@@ -1,0 +1,51 @@
+"""`generate --plan`: whether each data source holds enough distinct tasks for its rows, before any GPU time."""
+
+import pytest
+
+from pipeline.cli import main
+from pipeline.config import OPS6K_MIXTURE
+from pipeline.options import GenerateOptions, quotas
+from pipeline.plan import OPEN, capacity, walk_source
+
+
+def _options(num_samples: int, mixture: dict[str, float] = OPS6K_MIXTURE) -> GenerateOptions:
+    return GenerateOptions(
+        out="", num_samples=num_samples, seed=3, preset="ops6k", mixture=mixture, op_weights="ops6k", device="cpu",
+        workload="tiny", runtime_window_ms=(0.005, 50.0), kernelbench="embedded", similarity_threshold=0.9,
+        jaccard_threshold=0.85, compile_check=False, timeout_s=60, workers=1, batch_size=64,
+    )  # fmt: skip
+
+
+def test_capacity_follows_saturating_growth_and_stays_open_while_the_second_half_keeps_pace():
+    assert capacity(500, 750) == 1000  # each half admits half of what is left: 500 + 250 + 125 + ...
+    assert capacity(500, 1000) is OPEN and capacity(500, 990) > 10_000
+    assert capacity(0, 0) == 0
+    assert capacity(300, 300) == 300, "the second half admitted nothing: it ran dry"
+
+
+def test_a_source_that_runs_dry_is_short_and_one_within_reach_is_met():
+    dry = walk_source(_options(50_000, {"torch#1": 100.0}), "torch#1", 50_000, sample=300)
+    assert dry.walked == 300 and not dry.met
+    assert dry.distinct <= dry.capacity < dry.needed
+    small = walk_source(_options(20), "torch#1", 20, sample=300)
+    assert small.met and small.distinct == small.needed < small.walked <= 300
+
+
+def test_plan_prints_each_source_and_refuses_a_mixture_a_source_cannot_meet(capsys):
+    assert main(["generate", "--plan", "--num-samples", "40", "--device", "cpu", "--workload", "tiny"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    sources = [s for s, n in quotas(40, OPS6K_MIXTURE).items() if n]  # transformers gets no row of 40
+    assert out[0].startswith("plan for 40 rows") and [line.split()[0] for line in out[2:]] == sources
+    assert all(line.split()[-1] == "ok" for line in out[2:])
+
+    argv = ["generate", "--plan", "--num-samples", "100000", "--mixture", "torch1=100", "--device", "cpu"]
+    assert main([*argv, "--workload", "tiny"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[2].split()[-1] == "short"
+    assert captured.err.startswith("opsynth: error: torch#1 holds about") and len(captured.err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["--num-samples", "5"], ["--num-samples", "5", "--device", "cpu"]])
+def test_generate_without_out_or_plan_is_a_usage_error(argv, capsys):
+    assert main(["generate", *argv]) == 2
+    assert "--out" in capsys.readouterr().err
