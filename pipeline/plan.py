@@ -40,13 +40,12 @@ class SourcePlan:
     needed: int  # distinct tasks the CPU stages must pass for those rows
     walked: int  # candidates made
     distinct: int  # of them, distinct tasks past the CPU stages
-    half: int  # of the first walked // 2, distinct tasks past the CPU stages
     capacity: int | None  # distinct tasks the source is estimated to hold; OPEN where it met its need or no
     # end was in sight
 
     @property
     def met(self) -> bool:
-        return self.distinct >= self.needed or self.capacity is OPEN or self.capacity >= self.needed
+        return self.capacity is OPEN or self.capacity >= self.needed
 
 
 def capacity(half: int, distinct: int) -> int | None:
@@ -86,7 +85,7 @@ def walk_source(options: GenerateOptions, source: str, rows: int, sample: int = 
         if walked == sample // 2:
             half = distinct
     held = capacity(half, distinct) if distinct < needed else OPEN
-    return SourcePlan(source, rows, needed, walked, distinct, half, held)
+    return SourcePlan(source, rows, needed, walked, distinct, held)
 
 
 def _walk(args: tuple) -> SourcePlan:
