@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.hostile_tasks import HONEST, HOSTILE, SECRET_FILE, secrets_probe
+from opsynth.bench.hostile_tasks import HONEST, HOSTILE, SECRET_FILE, secrets_probe
 
 # A window no task can leave, so that timing noise cannot make two runs differ; small batches, many checkpoints.
 RUN_ARGS = ["--num-samples", "12", "--seed", "5", "--device", "cpu", "--workload", "tiny", "--workers", "2",
@@ -48,7 +48,7 @@ def environment(tmp: Path) -> dict:
 
 def _opsynth(argv: list[str], tmp: Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`opsynth ARGV` in a process of its own, in `environment(tmp)`."""
-    return subprocess.run([sys.executable, "-m", "pipeline", *argv], env=environment(tmp), cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "opsynth", *argv], env=environment(tmp), cwd=cwd,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)  # fmt: skip
 
 
@@ -118,7 +118,7 @@ def kill_trials(n: int, seed: int, root: Path, reference: Path, wall_s: float) -
     for k in range(n):
         moment = random.Random(seed * 1000 + k).uniform(0.0, wall_s)
         out, tmp = root / f"kill-{k}", root / f"tmp-kill-{k}"
-        argv = [sys.executable, "-m", "pipeline", "generate", "--out", str(out), *RUN_ARGS]
+        argv = [sys.executable, "-m", "opsynth", "generate", "--out", str(out), *RUN_ARGS]
         process = subprocess.Popen(argv, env=environment(tmp), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(moment)
         killed = process.poll() is None
@@ -149,7 +149,7 @@ def disk_trials(n: int, seed: int, root: Path, reference: Path) -> list[dict]:
         size_kib = max(16, int(random.Random(seed * 1000 + 500 + k).uniform(0.02, 1.0) * need / 1024))
         disk, tmp, kept = root / f"disk-{k}", root / f"tmp-disk-{k}", root / f"disk-{k}-out"
         disk.mkdir()
-        run = " ".join([sys.executable, "-m", "pipeline", "generate", "--out", f"{disk}/run", *RUN_ARGS])
+        run = " ".join([sys.executable, "-m", "opsynth", "generate", "--out", f"{disk}/run", *RUN_ARGS])
         script = (
             f"mount -t tmpfs -o size={size_kib}k tmpfs {disk} && "
             f"{{ {run} >/dev/null 2>{tmp}.first; echo $? > {tmp}.first-exit; }}; "

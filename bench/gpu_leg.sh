@@ -36,7 +36,7 @@ if [ -n "${CHECK:-}" ]; then  # the GPU tests first: a broken check must not put
   fi
 fi
 validate_released() {  # the released examples re-measured on this GPU, for the comparison
-  timeout "$1" python3 -m pipeline validate "${DATA:-.gpu-data}/ops6k_examples.parquet" --device "$DEVICE" \
+  timeout "$1" python3 -m opsynth validate "${DATA:-.gpu-data}/ops6k_examples.parquet" --device "$DEVICE" \
     --no-compile-check --workers 4 --report "$OUT/validate.jsonl" >"$OUT/validate.log" 2>&1
   tail -1 "$OUT/validate.log"
 }
@@ -44,14 +44,14 @@ if [ -n "${VALIDATE:-}" ] && [ "$VALIDATE" != after ]; then
   validate_released 240
 fi
 if [ -n "${REMEASURE:-}" ]; then  # rows of the run re-measured by one worker, with no other work on the GPU
-  timeout 240 python3 -m pipeline validate "$REMEASURE" --device "$DEVICE" --no-compile-check --workers 1 \
+  timeout 240 python3 -m opsynth validate "$REMEASURE" --device "$DEVICE" --no-compile-check --workers 1 \
     --report "$OUT/remeasure.jsonl" >"$OUT/remeasure.log" 2>&1
 fi
 if [ -n "${BENCH:-}" ]; then  # the execution stage alone, exclusive and shared checks, before the leg
   for mode in ${BENCH_MODES:-exclusive shared}; do
     flag=$([ "$mode" = shared ] && echo --shared-checks)
     # shellcheck disable=SC2086
-    timeout 150 python3 -m pipeline bench execute --device cuda --workload gpu --n "${BENCH_N:-200}" $flag \
+    timeout 150 python3 -m opsynth bench execute --device cuda --workload gpu --n "${BENCH_N:-200}" $flag \
       --out "$OUT/bench_$mode.json" >>"$OUT/bench.log" 2>&1
   done
 fi
@@ -69,7 +69,7 @@ if [ -f "$RUN/stats.json" ]; then
   echo "the run in $RUN has finished" | tee "$OUT/leg.log"
 else
   # shellcheck disable=SC2086
-  timeout -k 15 "$LEG_S" python3 -m pipeline generate --out "$RUN" $ARGS 2>&1 | tee "$OUT/leg.log"
+  timeout -k 15 "$LEG_S" python3 -m opsynth generate --out "$RUN" $ARGS 2>&1 | tee "$OUT/leg.log"
   echo "generate exited with ${PIPESTATUS[0]}" | tee -a "$OUT/leg.log"
 fi
 kill "$monitor" 2>/dev/null
@@ -77,7 +77,7 @@ if [ -f "$RUN/stats.json" ] && [ -n "${RESAMPLE:-}" ]; then  # RESAMPLE rows of 
   left=$((${BUDGET_S:-100000} - SECONDS - 40))
   if [ "$left" -gt 30 ]; then
     echo "re-measuring $RESAMPLE rows of the finished set (at most $left s)"
-    timeout "$left" python3 -m pipeline validate "$RUN" --sample "$RESAMPLE" --device "$DEVICE" \
+    timeout "$left" python3 -m opsynth validate "$RUN" --sample "$RESAMPLE" --device "$DEVICE" \
       --no-compile-check --workers 1 --report "$OUT/resample.jsonl" >"$OUT/resample.log" 2>&1
     tail -2 "$OUT/resample.log"
   fi

@@ -15,15 +15,15 @@ step "torch" 60 python3 -c "import torch, transformers; print(torch.__version__,
 step "gpu tests" 180 python3 -m pytest -q -m gpu -p no:cacheprovider tests/filters/test_execution.py
 if [ "${CATALOG:-1}" != 0 ]; then
   step "every catalog entry on CUDA (gpu workload, eager checks)" 300 sh -c \
-    "python3 -m pipeline catalog check --execute --device cuda --no-compile-check >'$OUT/catalog.log' 2>&1"
+    "python3 -m opsynth catalog check --execute --device cuda --no-compile-check >'$OUT/catalog.log' 2>&1"
   tail -3 "$OUT/catalog.log" >>"$log"
 fi
-step "bench execute, eager checks" 150 python3 -m pipeline bench execute --device cuda --workload gpu --n 300 \
+step "bench execute, eager checks" 150 python3 -m opsynth bench execute --device cuda --workload gpu --n 300 \
   --no-compile-check --out "$OUT/bench_eager.json"
-step "generate ${ROWS:-200} rows with the compile check" 330 python3 -m pipeline generate --out "$OUT/gen" \
+step "generate ${ROWS:-200} rows with the compile check" 330 python3 -m opsynth generate --out "$OUT/gen" \
   --num-samples "${ROWS:-200}" --device cuda --seed 1 --workers "${WORKERS:-6}"
 if [ -n "${VALIDATE:-}" ]; then
-  step "validate released examples" 120 python3 -m pipeline validate "$DATA/ops6k_examples.parquet" --device cuda \
+  step "validate released examples" 120 python3 -m opsynth validate "$DATA/ops6k_examples.parquet" --device cuda \
     --no-compile-check --workers 4 --report "$OUT/validate.jsonl"
 fi
 if [ -d "$OUT/gen" ]; then tar czf "$OUT/gen.tgz" -C "$OUT" gen && rm -rf "$OUT/gen"; fi

@@ -16,17 +16,7 @@ import platform
 import statistics
 import time
 
-from filters.ast_similarity import best_match, brute_force, profile
-from filters.calibration import run_calibrated
-from filters.decontamination import fingerprint, load_reference, similarity
-from filters.execution import PHASES, device_name
-from filters.gpu_busy import GpuBusyMonitor
-from filters.shape_check import check_shapes
-from filters.workers import Job, WorkerPool
-from operator_catalog.codegen import render
-from operator_catalog.compose import compose
-from pipeline.candidates import make_candidate, rescale_candidate
-from pipeline.config import (
+from opsynth.config import (
     CALIBRATION_MAX_FACTOR,
     CALIBRATION_TARGET,
     CALIBRATION_TRIES,
@@ -34,8 +24,18 @@ from pipeline.config import (
     OPS6K_MIXTURE,
     WORKLOADS,
 )
-from pipeline.records import CandidateSpec, candidate_seed
-from pipeline.run import execution_config
+from opsynth.filters.ast_similarity import best_match, brute_force, profile
+from opsynth.filters.calibration import run_calibrated
+from opsynth.filters.decontamination import fingerprint, load_reference, similarity
+from opsynth.filters.execution import PHASES, device_name
+from opsynth.filters.gpu_busy import GpuBusyMonitor
+from opsynth.filters.shape_check import check_shapes
+from opsynth.filters.workers import Job, WorkerPool
+from opsynth.operator_catalog.codegen import render
+from opsynth.operator_catalog.compose import compose
+from opsynth.pipeline.candidates import make_candidate, rescale_candidate
+from opsynth.pipeline.run import execution_config
+from opsynth.records import CandidateSpec, candidate_seed
 
 TARGETS = {"cpu": 200.0, "decontam": 100.0, "execute": 10.0, "gpu_busy": 0.5}
 

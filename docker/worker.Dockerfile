@@ -15,7 +15,9 @@ WORKDIR /opt/opsynth
 # torch first, from PyPI's default index: its Linux wheels are the CUDA builds.
 RUN pip install --no-cache-dir "torch>=2.11,<2.14"
 COPY pyproject.toml README.md ./
+COPY opsynth ./opsynth
 COPY pipeline ./pipeline
+COPY commands ./commands
 COPY operator_catalog ./operator_catalog
 COPY filters ./filters
 COPY outputs ./outputs

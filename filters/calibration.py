@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from filters.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW, Verdict
-from filters.workers import Job, WorkerPool
+from opsynth.filters.workers import Job, WorkerPool
+from opsynth.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW, Verdict
 
 T = TypeVar("T")
 REACH_MARGIN = 0.5  # a rescaled task predicted below half the window's low end (or above twice its high) is decided

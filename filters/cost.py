@@ -6,37 +6,14 @@ candidate with it, so that most candidates' first execution lands in the runtime
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 # Operators that launch no kernel of their own (metadata, or outputs made lazily).
 _FREE = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh", "detach", "alias"}
 
 
-@dataclass(frozen=True)
-class DeviceSpeed:
-    """What a device sustains: bytes per second through its memory, floating-point operations per second, and
-    the device time of one small kernel."""
-
-    bytes_per_s: float
-    flops_per_s: float
-    kernel_ms: float
-
-    def scaled(self, k: float) -> DeviceSpeed:
-        """The same device, every time it predicts multiplied by `k` (a correction from measured times)."""
-        return DeviceSpeed(self.bytes_per_s / k, self.flops_per_s / k, self.kernel_ms * k)
-
-    def predicted_ms(self, cost: dict) -> float:
-        """A forward's device time: each byte moved and each operation at the sustained rates, and each kernel
-        at least `kernel_ms`."""
-        return 1e3 * (cost["bytes"] / self.bytes_per_s + cost["flops"] / self.flops_per_s) + cost["kernels"] * (
-            self.kernel_ms
-        )
-
-
 @functools.cache
 def _counter_class():
-    """The dispatch mode that counts, made on first use: the speed model above is read by the command line,
-    which must not wait for torch to import."""
+    """The dispatch mode that counts, made on first use: importing this module must not import torch."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten

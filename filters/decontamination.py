@@ -21,17 +21,17 @@ from pathlib import Path
 import numpy as np
 from datasketch import MinHash
 
-from filters.ast_similarity import Profile, SkeletonTable, best_match, profile
-from filters.normalize import canonical_tree, code_tokens
-from filters.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE, LOAD_ERROR, Verdict
-from filters.task_loading import model_class_node
-from pipeline.config import (
+from opsynth.config import (
     AST_SIMILARITY_THRESHOLD,
     KERNELBENCH_JACCARD_THRESHOLD,
     MINHASH_PERMUTATIONS,
     MINHASH_SEED,
     MINHASH_SHINGLE,
 )
+from opsynth.filters.ast_similarity import Profile, SkeletonTable, best_match, profile
+from opsynth.filters.normalize import canonical_tree, code_tokens
+from opsynth.filters.task_loading import model_class_node
+from opsynth.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE, LOAD_ERROR, Verdict
 
 EMBEDDED_INDEX = "kernelbench_index.json.gz"
 INDEX_FORMAT = 2
@@ -259,10 +259,15 @@ def tasks_from_hub() -> list[tuple[str, str]]:
     return [(f"level{lv}/{r['name']}", r["code"]) for lv, split in zip(LEVELS, splits, strict=True) for r in split]
 
 
+def embedded_index_path() -> Path:
+    """Where the shipped index lies, inside the installed package."""
+    return Path(str(importlib.resources.files("opsynth.filters") / "data" / EMBEDDED_INDEX))
+
+
 def load_reference(spec: str) -> KernelBenchIndex:
     """`embedded` (the shipped index), `hub`, or a path to a Parquet file or a folder of `.py` tasks."""
     if spec == "embedded":
-        return KernelBenchIndex.load(importlib.resources.files("filters") / "data" / EMBEDDED_INDEX)
+        return KernelBenchIndex.load(embedded_index_path())
     if spec == "hub":
         return KernelBenchIndex.from_tasks(tasks_from_hub())
     path = Path(spec)

@@ -16,7 +16,7 @@ from typing import TypeVar
 import networkx as nx
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 
-from filters.normalize import code_tokens, content_hash, normalize_code
+from opsynth.filters.normalize import code_tokens, content_hash, normalize_code
 
 T = TypeVar("T")
 SHINGLE = 3

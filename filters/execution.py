@@ -18,7 +18,8 @@ from typing import Any
 import torch
 import torch._dynamo
 
-from filters.reasons import (
+from opsynth.filters.task_loading import TaskLoadError, load_task
+from opsynth.reasons import (
     COMPILE_ERROR,
     COMPILE_MISMATCH,
     INDISTINGUISHABLE_OUTPUTS,
@@ -33,7 +34,6 @@ from filters.reasons import (
     Verdict,
     one_line,
 )
-from filters.task_loading import TaskLoadError, load_task
 
 PRESCREEN_MARGIN = 3.0  # a forward timed this far above the window decides it without the profiler
 COMPILE_FIRST_MARGIN = 2.0  # CUDA: checks' events this many times the window's low end: compiled before timing

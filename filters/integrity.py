@@ -42,13 +42,13 @@ WATCHED = (
     "torch.autograd.profiler",
     "torch.compiler",
     "multiprocessing.connection",
-    "filters.execution",
-    "filters.shape_check",
-    "filters.task_loading",
-    "filters.reasons",
-    "filters.device_lock",
-    "filters.integrity",
-    "filters.worker_process",
+    "opsynth.filters.execution",
+    "opsynth.filters.shape_check",
+    "opsynth.filters.task_loading",
+    "opsynth.reasons",
+    "opsynth.filters.device_lock",
+    "opsynth.filters.integrity",
+    "opsynth.filters.worker_process",
 )
 # torch's global settings, read through its own getters: a default dtype, a matmul precision or a pushed
 # TorchFunctionMode would change what later tasks compute or how they are compared.

@@ -12,9 +12,9 @@ import warnings
 
 import torch
 
-from filters.cost import ForwardCost
-from filters.reasons import KEEP, LOAD_ERROR, SHAPE_ERROR, Verdict, one_line
-from filters.task_loading import TaskLoadError, load_task
+from opsynth.filters.cost import ForwardCost
+from opsynth.filters.task_loading import TaskLoadError, load_task
+from opsynth.reasons import KEEP, LOAD_ERROR, SHAPE_ERROR, Verdict, one_line
 
 TASK_FILENAME = "<task>"
 INCONCLUSIVE_MARKERS = ("meta", "data-dependent", "data dependent", "nonzero", "item()")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from filters.containment import Limits, apply_limits, die_with_parent, enter_namespaces, mount_own_proc
+from opsynth.filters.containment import Limits, apply_limits, die_with_parent, enter_namespaces, mount_own_proc
 
 EXECUTE = "execute"  # every execution check (filters.execution.run_checks)
 SHAPES = "shapes"  # loading and the shape check on the meta device (filters.shape_check.check_shapes)
@@ -144,10 +144,10 @@ def _serve(conn: Connection, containment: dict) -> None:
     os.set_inheritable(conn.fileno(), False)  # a process a task starts must not hold the pool's socket
     import torch
 
-    from filters import integrity
-    from filters.device_lock import open_watch
-    from filters.execution import is_fatal_cuda_error, verdict_to_wire
-    from filters.reasons import TAMPERING, Verdict
+    from opsynth.filters import integrity
+    from opsynth.filters.device_lock import open_watch
+    from opsynth.filters.execution import is_fatal_cuda_error, verdict_to_wire
+    from opsynth.reasons import TAMPERING, Verdict
 
     cfg = setup.config
     if setup.device_lock is not None:
@@ -182,7 +182,7 @@ def _serve(conn: Connection, containment: dict) -> None:
 
 
 def _set_up_device(torch, cfg, gpu_index: int | None) -> None:
-    from filters.workers import memory_share, workers_per_gpu
+    from opsynth.filters.workers import memory_share, workers_per_gpu
 
     if gpu_index is None:
         # CPU workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up
@@ -226,10 +226,10 @@ def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tup
     with included, costs this task only."""
     import dataclasses
 
-    from filters.execution import run_checks
-    from filters.reasons import OUT_OF_MEMORY, RUNTIME_ERROR, Verdict, one_line
-    from filters.shape_check import check_shapes
-    from filters.workers import workers_per_gpu
+    from opsynth.filters.execution import run_checks
+    from opsynth.filters.shape_check import check_shapes
+    from opsynth.filters.workers import workers_per_gpu
+    from opsynth.reasons import OUT_OF_MEMORY, RUNTIME_ERROR, Verdict, one_line
 
     cfg = setup.config if window is None else dataclasses.replace(setup.config, runtime_window_ms=window)
     folder = tempfile.mkdtemp(dir=setup.scratch)
@@ -256,8 +256,8 @@ def _alone(source: str, seed: int, cfg, setup: WorkerSetup):
     compiling holds nothing, so the other workers of the GPU are not kept waiting through it."""
     import torch
 
-    from filters.execution import run_checks
-    from filters.workers import memory_share, workers_per_gpu
+    from opsynth.filters.execution import run_checks
+    from opsynth.filters.workers import memory_share, workers_per_gpu
 
     torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
     try:
@@ -268,6 +268,6 @@ def _alone(source: str, seed: int, cfg, setup: WorkerSetup):
 
 
 if __name__ == "__main__":
-    from filters.worker_process import main as run_worker  # one copy of this module, under its own name
+    from opsynth.filters.worker_process import main as run_worker  # one copy of this module, under its own name
 
     run_worker(int(sys.argv[1]))

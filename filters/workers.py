@@ -29,11 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from filters.containment import Limits, PidsCgroup, host_memory_share, task_environment
-from filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock, clear_watch, open_watch
-from filters.execution import ExecutionConfig
-from filters.reasons import CRASH, TIMEOUT, Verdict
-from filters.worker_process import EXECUTE, Cage, WorkerSetup
+import opsynth
+from opsynth.filters.containment import Limits, PidsCgroup, host_memory_share, task_environment
+from opsynth.filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock, clear_watch, open_watch
+from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.worker_process import EXECUTE, Cage, WorkerSetup
+from opsynth.reasons import CRASH, TIMEOUT, Verdict
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch, creating a CUDA context and a first compile, once per worker
 MEMORY_SHARERS = 3  # workers of one GPU whose memory budgets together make the allowed fraction
@@ -131,8 +132,9 @@ def _message(payload: bytes) -> dict:
 
 
 def _python_path() -> list[str]:
-    """Where the worker finds this package and its dependencies: this process's import path."""
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """Where the worker finds this package and its dependencies: this process's import path, after the folder that
+    holds the `opsynth` package."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(opsynth.__file__)))
     return list(dict.fromkeys([package_root, *(os.path.abspath(p) for p in sys.path if p)]))
 
 
@@ -147,7 +149,7 @@ class _Worker:
         self.cgroup = PidsCgroup.create(f"opsynth-{os.getpid()}-{name}", cage.limits.processes)
         with theirs:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "filters.worker_process", str(theirs.fileno())],
+                [sys.executable, "-m", "opsynth.filters.worker_process", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 env=task_environment(os.environ, self.scratch, _python_path()),
                 cwd=self.scratch,

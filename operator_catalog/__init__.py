@@ -1,6 +1,6 @@
 """Typed catalog of the operators opsynth composes into tasks, one module per family."""
 
-from operator_catalog.entry import (
+from opsynth.operator_catalog.entry import (
     NotApplicable,
     OpCall,
     OpEntry,
@@ -9,7 +9,7 @@ from operator_catalog.entry import (
     TensorSpec,
     Workload,
 )
-from operator_catalog.registry import all_entries, catalog_version, get, sampleable
+from opsynth.operator_catalog.registry import all_entries, catalog_version, get, sampleable
 
 __all__ = [
     "NotApplicable",

@@ -7,7 +7,7 @@ otherwise, function forms are called on the flowing tensor.
 
 from __future__ import annotations
 
-from operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext, keyword_call
+from opsynth.operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext, keyword_call
 
 FAMILY = "activations"
 ANY_RANK = (2, 3, 4, 5)

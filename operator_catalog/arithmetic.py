@@ -5,7 +5,7 @@ Operators defined on part of the real line carry a `domain`; the composer maps t
 
 from __future__ import annotations
 
-from operator_catalog.entry import Expr, OpCall, OpEntry, Operand, SampleContext, X
+from opsynth.operator_catalog.entry import Expr, OpCall, OpEntry, Operand, SampleContext, X
 
 FAMILY = "arithmetic"
 ANY_RANK = (2, 3, 4, 5)

@@ -12,8 +12,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from operator_catalog.compose import Composition, GlueNode, OpNode
-from operator_catalog.entry import Expr, Hoisted, OpCall, Operand, RenderedTask, Submodule, TensorSpec, X, operands_of
+from opsynth.operator_catalog.compose import Composition, GlueNode, OpNode
+from opsynth.operator_catalog.entry import (
+    Expr,
+    Hoisted,
+    OpCall,
+    Operand,
+    RenderedTask,
+    Submodule,
+    TensorSpec,
+    X,
+    operands_of,
+)
 
 # Input dimension names by rank, as KernelBench spells them.
 DIM_NAMES = {

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from operator_catalog.entry import (
+from opsynth.operator_catalog.entry import (
     NotApplicable,
     OpCall,
     OpEntry,
@@ -26,8 +26,8 @@ from operator_catalog.entry import (
     operands_of,
     within_input_budget,
 )
-from operator_catalog.registry import sampleable
-from operator_catalog.weights import OPS6K_COUNTS
+from opsynth.operator_catalog.registry import sampleable
+from opsynth.operator_catalog.weights import OPS6K_COUNTS
 
 
 class CompositionError(Exception):

@@ -7,7 +7,7 @@ activation); the task's `ops` name the container, as the released set does.
 
 from __future__ import annotations
 
-from operator_catalog.entry import OpCall, OpEntry, SampleContext, Submodule, excluded_entry
+from opsynth.operator_catalog.entry import OpCall, OpEntry, SampleContext, Submodule, excluded_entry
 
 FAMILY = "containers"
 ACTIVATIONS = ("nn.ReLU", "nn.GELU", "nn.SiLU", "nn.Tanh", "nn.Sigmoid")

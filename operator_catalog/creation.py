@@ -6,7 +6,7 @@ They do not consume the flowing tensor, so each call is wrapped in a tensor-meth
 
 from __future__ import annotations
 
-from operator_catalog.entry import Expr, OpCall, OpEntry, SampleContext, excluded_entry
+from opsynth.operator_catalog.entry import Expr, OpCall, OpEntry, SampleContext, excluded_entry
 
 FAMILY = "creation"
 RANKS = (2, 3, 4, 5)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from operator_catalog.arithmetic import BINARY
+from opsynth.operator_catalog.arithmetic import BINARY
 
 # Bare arithmetic names (`add`) are written as their operator symbol (`x + self.bias`), as the catalog renders them.
 SYMBOL_OF = {name: symbol for name, (symbol, _, _) in BINARY.items()}

@@ -7,7 +7,7 @@ permutation, never twice to one place.
 
 from __future__ import annotations
 
-from operator_catalog.entry import (
+from opsynth.operator_catalog.entry import (
     Expr,
     Hoisted,
     NotApplicable,

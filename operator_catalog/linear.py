@@ -6,7 +6,7 @@ products an extra forward input, as KernelBench's matmul tasks take it.
 
 from __future__ import annotations
 
-from operator_catalog.entry import Hoisted, OpCall, OpEntry, Operand, SampleContext, X
+from opsynth.operator_catalog.entry import Hoisted, OpCall, OpEntry, Operand, SampleContext, X
 
 FAMILY = "linear"
 

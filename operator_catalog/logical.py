@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
-from operator_catalog.entry import Expr, OpCall, OpEntry, Operand, SampleContext, X, excluded_entry
+from opsynth.operator_catalog.entry import Expr, OpCall, OpEntry, Operand, SampleContext, X, excluded_entry
 
 FAMILY = "logical"
 RANKS = (2, 3, 4, 5)

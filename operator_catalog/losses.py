@@ -7,7 +7,7 @@ Losses keep per-element or per-sample values (`reduction='none'`) so that a chai
 
 from __future__ import annotations
 
-from operator_catalog.entry import (
+from opsynth.operator_catalog.entry import (
     Expr,
     Hoisted,
     OpCall,

@@ -5,7 +5,16 @@ Channel-wise norms read the channel count from dim 1 of their input; last-dimens
 
 from __future__ import annotations
 
-from operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X, excluded_entry
+from opsynth.operator_catalog.entry import (
+    Hoisted,
+    NotApplicable,
+    OpCall,
+    OpEntry,
+    Operand,
+    SampleContext,
+    X,
+    excluded_entry,
+)
 
 FAMILY = "normalization"
 

@@ -5,7 +5,7 @@ Windows never exceed the input's smallest spatial extent, so every sampled pool 
 
 from __future__ import annotations
 
-from operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext, X, keyword_call
+from opsynth.operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext, X, keyword_call
 
 FAMILY = "pooling"
 

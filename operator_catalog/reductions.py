@@ -6,7 +6,7 @@ which the composer casts back to float if another operator follows.
 
 from __future__ import annotations
 
-from operator_catalog.entry import OpCall, OpEntry, SampleContext
+from opsynth.operator_catalog.entry import OpCall, OpEntry, SampleContext
 
 FAMILY = "reductions"
 RANKS = (2, 3, 4, 5)

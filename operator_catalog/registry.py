@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 
-from operator_catalog import (
+from opsynth.operator_catalog import (
     activations,
     arithmetic,
     containers,
@@ -27,8 +27,8 @@ from operator_catalog import (
     spectral,
     transformers_modules,
 )
-from operator_catalog.entry import OpEntry
-from operator_catalog.transformers_modules import TransformersEntry
+from opsynth.operator_catalog.entry import OpEntry
+from opsynth.operator_catalog.transformers_modules import TransformersEntry
 
 FAMILIES = (
     activations,

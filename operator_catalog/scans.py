@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from operator_catalog.entry import OpCall, OpEntry, SampleContext
+from opsynth.operator_catalog.entry import OpCall, OpEntry, SampleContext
 
 FAMILY = "scans"
 RANKS = (2, 3, 4, 5)

@@ -6,7 +6,7 @@ unroll on the meta device; outputs keep the batch-first layout.
 
 from __future__ import annotations
 
-from operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X
+from opsynth.operator_catalog.entry import Hoisted, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X
 
 FAMILY = "sequence"
 

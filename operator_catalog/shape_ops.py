@@ -5,7 +5,7 @@ They move or replicate data without arithmetic; samplers keep every result withi
 
 from __future__ import annotations
 
-from operator_catalog.entry import (
+from opsynth.operator_catalog.entry import (
     Expr,
     Hoisted,
     NotApplicable,

@@ -6,7 +6,7 @@ A complex result that another operator (or the task's output) has to read is tur
 
 from __future__ import annotations
 
-from operator_catalog.entry import Expr, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X
+from opsynth.operator_catalog.entry import Expr, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X
 
 FAMILY = "spectral"
 RANKS = (2, 3, 4, 5)

@@ -16,7 +16,8 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from operator_catalog.entry import RenderedTask, TensorSpec, Workload, within_input_budget
+from opsynth.operator_catalog.entry import RenderedTask, TensorSpec, within_input_budget
+from opsynth.workload import Workload
 
 FAMILY = "transformers"
 HEADER = ["from __future__ import annotations", "", "import torch", "import torch.nn as nn", "import transformers"]

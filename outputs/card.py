@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from filters.reasons import NOT_NEEDED
-from outputs.figures import FIGURES
-from outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA
-from outputs.shards import write_text_atomic
+from opsynth.outputs.figures import FIGURES
+from opsynth.outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA
+from opsynth.outputs.shards import write_text_atomic
+from opsynth.reasons import NOT_NEEDED
 
 LICENSE = "apache-2.0"
 

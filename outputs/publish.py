@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.errors import OpsynthError, UsageError
+from opsynth.errors import OpsynthError, UsageError
 
 STATE_DIR = ".opsynth"
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")

@@ -9,7 +9,7 @@ import json
 
 import pyarrow as pa
 
-from pipeline.records import Candidate, Rejection
+from opsynth.records import Candidate, Rejection
 
 TASK_SCHEMA = pa.schema(
     [
@@ -33,7 +33,7 @@ TASK_SCHEMA = pa.schema(
 
 REJECTED_SCHEMA = pa.schema(
     [
-        pa.field("reason", pa.string(), nullable=False),  # one of filters.reasons.REASONS
+        pa.field("reason", pa.string(), nullable=False),  # one of opsynth.reasons.REASONS
         pa.field("stage", pa.string(), nullable=False),  # compose, shape_check, decontaminate, dedup, execute
         pa.field("detail", pa.string(), nullable=False),
         pa.field("data_source", pa.string(), nullable=False),

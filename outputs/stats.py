@@ -11,12 +11,11 @@ import platform
 import statistics
 from collections import Counter
 
-from filters.execution import PHASES
-from filters.gpu_busy import SAMPLE_PERIOD_S
-from filters.reasons import NOT_NEEDED, REASONS
-from pipeline.config import OPS6K_MIXTURE
-from pipeline.options import GenerateOptions
-from pipeline.stages import WORKER_PREFIX
+from opsynth.config import OPS6K_MIXTURE, WORKER_PREFIX
+from opsynth.filters.execution import PHASES
+from opsynth.filters.gpu_busy import SAMPLE_PERIOD_S
+from opsynth.options import GenerateOptions
+from opsynth.reasons import NOT_NEEDED, REASONS
 
 STAGES = ("compose", "shape_check", "decontaminate", "dedup", "execute", "select")
 
@@ -146,7 +145,7 @@ def build_stats(
                 for stage in STAGES
                 if any(stage in r["stage_work_s"] for r in rounds)
             },
-            # The execution workers' time per phase of a task (filters.execution.PHASES), summed over the
+            # The execution workers' time per phase of a task (opsynth.filters.execution.PHASES), summed over the
             # workers, for the verdicts this process made.
             "execution_worker_phases": {
                 phase: round(sum(r["stage_work_s"].get(WORKER_PREFIX + phase, 0.0) for r in rounds), 3)

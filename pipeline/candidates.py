@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 
-from filters.dedup import dedup_key
-from operator_catalog.codegen import render
-from operator_catalog.compose import CompositionError, compose
-from operator_catalog.entry import Workload
-from operator_catalog.transformers_modules import compose_transformers
-from pipeline.config import COMPOSE_ATTEMPTS
-from pipeline.records import Candidate, CandidateSpec
+from opsynth.config import COMPOSE_ATTEMPTS
+from opsynth.filters.dedup import dedup_key
+from opsynth.operator_catalog.codegen import render
+from opsynth.operator_catalog.compose import CompositionError, compose
+from opsynth.operator_catalog.transformers_modules import compose_transformers
+from opsynth.records import Candidate, CandidateSpec
+from opsynth.workload import Workload
 
 
 def num_ops_of(data_source: str) -> int:

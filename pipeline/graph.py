@@ -13,10 +13,9 @@ import json
 import apache_beam as beam
 from apache_beam.utils.shared import Shared
 
-from filters.execution import ExecutionConfig
-from pipeline.options import GenerateOptions
-from pipeline.records import Candidate, CandidateSpec, sealed, unsealed
-from pipeline.stages import (
+from opsynth.filters.execution import ExecutionConfig
+from opsynth.options import GenerateOptions
+from opsynth.pipeline.stages import (
     KEPT,
     REJECTED,
     CheckShapes,
@@ -26,6 +25,7 @@ from pipeline.stages import (
     ExecuteCandidates,
     Sizing,
 )
+from opsynth.records import Candidate, CandidateSpec, sealed, unsealed
 
 
 class WriteRecords(beam.PTransform):

@@ -20,15 +20,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 
-from filters.decontamination import decontaminate, load_reference
-from filters.dedup import WithinSetFilter
-from operator_catalog.compose import CompositionError
-from pipeline.candidates import make_candidate
-from pipeline.config import NEAR_DUPLICATE_JACCARD, PLAN_EXECUTION_YIELD, PLAN_SAMPLE
-from pipeline.errors import UsageError
-from pipeline.options import GenerateOptions, quotas
-from pipeline.records import CandidateSpec, candidate_seed
-from pipeline.selection import rows_per_graph
+from opsynth.config import NEAR_DUPLICATE_JACCARD, PLAN_EXECUTION_YIELD, PLAN_SAMPLE
+from opsynth.errors import UsageError
+from opsynth.filters.decontamination import decontaminate, load_reference
+from opsynth.filters.dedup import WithinSetFilter
+from opsynth.operator_catalog.compose import CompositionError
+from opsynth.options import GenerateOptions, quotas
+from opsynth.pipeline.candidates import make_candidate
+from opsynth.pipeline.selection import rows_per_graph
+from opsynth.records import CandidateSpec, candidate_seed
 
 OPEN = None  # a capacity with no end in sight
 

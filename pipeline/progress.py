@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 from apache_beam.io.filesystems import FileSystems
 
-from filters.execution import verdict_from_wire, verdict_to_wire
-from filters.reasons import Verdict
-from pipeline import workfiles
-from pipeline.records import Candidate, sealed, unsealed
+from opsynth.filters.execution import verdict_from_wire, verdict_to_wire
+from opsynth.pipeline import workfiles
+from opsynth.reasons import Verdict
+from opsynth.records import Candidate, sealed, unsealed
 
 Result = tuple[Candidate, Verdict, int]  # the final (possibly calibrated) candidate, its verdict, calibration steps
 

@@ -10,10 +10,10 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator
 
-from filters.dedup import op_graph_hash
-from pipeline import workfiles
-from pipeline.config import DATA_SOURCES
-from pipeline.graph import (
+from opsynth.config import DATA_SOURCES
+from opsynth.filters.dedup import op_graph_hash
+from opsynth.pipeline import workfiles
+from opsynth.pipeline.graph import (
     ACCEPTED,
     EXECUTE_REJECTED,
     GRAPH_ROWS,
@@ -23,8 +23,8 @@ from pipeline.graph import (
     PREPARED,
     SEEN_KEYS,
 )
-from pipeline.progress import ExecutionProgress
-from pipeline.records import Candidate, Rejection, executed_candidates, unsealed
+from opsynth.pipeline.progress import ExecutionProgress
+from opsynth.records import Candidate, Rejection, executed_candidates, unsealed
 
 DONE_MARKER = "_SUCCESS"
 PREPARED_MARKER = "_PREPARED"  # the round's CPU stages are done; a resume starts at its execution

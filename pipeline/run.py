@@ -30,19 +30,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils.shared import Shared
 
-from filters.execution import ExecutionConfig, device_name
-from filters.gpu_busy import GpuBusyMonitor
-from filters.reasons import one_line
-from filters.workers import WorkerPool
-from operator_catalog import catalog_version
-from operator_catalog.registry import sampleable
-from outputs.card import split_info, write_card
-from outputs.figures import FigureData, write_figures
-from outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
-from outputs.shards import write_shards, write_text_atomic
-from outputs.stats import build_stats
-from pipeline import workfiles
-from pipeline.config import (
+from opsynth.config import (
     EXHAUSTION_MIN_CANDIDATES,
     EXHAUSTION_YIELD,
     INITIAL_OVERSAMPLING,
@@ -55,18 +43,28 @@ from pipeline.config import (
     TIMING,
     VERSION,
 )
-from pipeline.errors import OpsynthError, UsageError
-from pipeline.graph import (
+from opsynth.errors import OpsynthError, UsageError
+from opsynth.filters.execution import ExecutionConfig, device_name
+from opsynth.filters.gpu_busy import GpuBusyMonitor
+from opsynth.filters.workers import WorkerPool
+from opsynth.operator_catalog import catalog_version
+from opsynth.operator_catalog.registry import sampleable
+from opsynth.options import GenerateOptions, quotas
+from opsynth.outputs.card import split_info, write_card
+from opsynth.outputs.figures import FigureData, write_figures
+from opsynth.outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
+from opsynth.outputs.shards import write_shards, write_text_atomic
+from opsynth.outputs.stats import build_stats
+from opsynth.pipeline import workfiles
+from opsynth.pipeline.graph import (
     ACCEPTED,
     EXECUTE_REJECTED,
     PREPARED,
     build_execute,
     build_prepare,
 )
-from pipeline.options import GenerateOptions, quotas
-from pipeline.progress import ExecutionProgress
-from pipeline.records import Candidate, CandidateSpec, Rejection, candidate_seed
-from pipeline.rounds import (
+from opsynth.pipeline.progress import ExecutionProgress
+from opsynth.pipeline.rounds import (
     CHECKPOINTED_FILE,
     DONE_MARKER,
     PLAN_FILE,
@@ -87,11 +85,13 @@ from pipeline.rounds import (
     recorded_plan,
     round_records,
 )
-from pipeline.run_folder import FolderLock, check_config, state_dir
-from pipeline.selection import Selector, trim, wanted
-from pipeline.sessions import SessionClock, read_sessions
-from pipeline.sizing import round_sizing, timed_predictions, with_gpu_budget
-from pipeline.stages import Sizing, stage_work_seconds
+from opsynth.pipeline.run_folder import FolderLock, check_config, state_dir
+from opsynth.pipeline.selection import Selector, trim, wanted
+from opsynth.pipeline.sessions import SessionClock, read_sessions
+from opsynth.pipeline.sizing import round_sizing, timed_predictions, with_gpu_budget
+from opsynth.pipeline.stages import Sizing, stage_work_seconds
+from opsynth.reasons import one_line
+from opsynth.records import Candidate, CandidateSpec, Rejection, candidate_seed
 
 MIN_CANDIDATES_PER_ROUND = 4
 # A round's CPU stages run on several processes (at most PREPARE_PROCESSES, given 4 cores or more) from this many

@@ -14,17 +14,17 @@ import math
 from bisect import bisect_left, insort
 from collections import Counter
 
-from filters.dedup import WithinSetFilter
-from filters.reasons import DUPLICATE, NOT_NEEDED, Verdict
-from operator_catalog.registry import sampleable
-from pipeline.config import (
+from opsynth.config import (
     DATA_SOURCES,
     MAX_ROWS_PER_OP_GRAPH,
     NEAR_DUPLICATE_JACCARD,
     NEEDED_MARGIN,
     NEEDED_SPARE,
 )
-from pipeline.records import Candidate, Rejection
+from opsynth.filters.dedup import WithinSetFilter
+from opsynth.operator_catalog.registry import sampleable
+from opsynth.reasons import DUPLICATE, NOT_NEEDED, Verdict
+from opsynth.records import Candidate, Rejection
 
 NOT_NEEDED_DETAIL = "enough earlier candidates of its data source were accepted"
 

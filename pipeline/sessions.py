@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from pipeline import workfiles
+from opsynth.pipeline import workfiles
 
 SESSIONS_DIR = "sessions"
 SESSION_TICK_S = 10.0

@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from filters.execution import ExecutionConfig
-from filters.workers import element_budget
-from pipeline.config import GPU_SPEED, SPEED_SAMPLES
-from pipeline.options import GenerateOptions
-from pipeline.records import Candidate, Rejection, executed_candidates
-from pipeline.stages import Sizing
+from opsynth.config import GPU_SPEED, SPEED_SAMPLES
+from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.workers import element_budget
+from opsynth.options import GenerateOptions
+from opsynth.pipeline.stages import Sizing
+from opsynth.records import Candidate, Rejection, executed_candidates
 
 
 def with_gpu_budget(options: GenerateOptions) -> GenerateOptions:

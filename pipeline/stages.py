@@ -18,27 +18,28 @@ from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.utils.shared import Shared
 
-from filters.calibration import rescale_factor, run_calibrated
-from filters.cost import DeviceSpeed
-from filters.decontamination import decontaminate, load_reference
-from filters.dedup import op_graph_hash, split_group
-from filters.execution import ExecutionConfig
-from filters.reasons import DUPLICATE, NOT_NEEDED, SHAPE_ERROR, Verdict
-from filters.worker_process import SHAPES
-from filters.workers import Job, WorkerPool
-from operator_catalog.compose import CompositionError
-from operator_catalog.entry import Workload
-from pipeline.candidates import input_elements, make_candidate, rescale_candidate
-from pipeline.config import (
+from opsynth.config import (
     CALIBRATION_MAX_FACTOR,
     CALIBRATION_TARGET,
     CALIBRATION_TRIES,
     SIZE_MAX_FACTOR,
     SIZE_SLACK,
+    WORKER_PREFIX,
 )
-from pipeline.progress import ExecutionProgress
-from pipeline.records import Candidate, CandidateSpec, Rejection
-from pipeline.selection import FillPoint
+from opsynth.device_speed import DeviceSpeed
+from opsynth.filters.calibration import rescale_factor, run_calibrated
+from opsynth.filters.decontamination import decontaminate, load_reference
+from opsynth.filters.dedup import op_graph_hash, split_group
+from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.worker_process import SHAPES
+from opsynth.filters.workers import Job, WorkerPool
+from opsynth.operator_catalog.compose import CompositionError
+from opsynth.pipeline.candidates import input_elements, make_candidate, rescale_candidate
+from opsynth.pipeline.progress import ExecutionProgress
+from opsynth.pipeline.selection import FillPoint
+from opsynth.reasons import DUPLICATE, NOT_NEEDED, SHAPE_ERROR, Verdict
+from opsynth.records import Candidate, CandidateSpec, Rejection
+from opsynth.workload import Workload
 
 KEPT = "kept"
 REJECTED = "rejected"
@@ -47,7 +48,6 @@ COUNTER_NAMESPACE = "opsynth"
 TIME_SUFFIX = "_work_us"
 CHECKPOINT_EVERY_S = 30.0  # the execution stage writes its finished results at least this often
 SHAPE_BATCH = 256  # candidates handed to the shape check's workers at once
-WORKER_PREFIX = "worker_"  # execution workers' time per phase (filters.execution.PHASES), summed over workers
 
 
 @contextlib.contextmanager

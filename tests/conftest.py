@@ -52,7 +52,7 @@ def ops6k_transformers() -> Path:
 def tiny_reference(tmp_path_factory) -> tuple[Path, float]:
     """The fault suite's uninterrupted tiny run (bench.faults.RUN_ARGS), and its wall time: what every broken and
     resumed run must end with."""
-    from bench.faults import reference_run
+    from opsynth.bench.faults import reference_run
 
     return reference_run(tmp_path_factory.mktemp("tiny-reference"))
 
@@ -60,9 +60,9 @@ def tiny_reference(tmp_path_factory) -> tuple[Path, float]:
 @pytest.fixture()
 def pools_made(monkeypatch) -> list:
     """The worker pools that the run driver and the stages make while a test runs, in the order made."""
-    import pipeline.run
-    import pipeline.stages
-    from filters.workers import WorkerPool
+    import opsynth.pipeline.run
+    import opsynth.pipeline.stages
+    from opsynth.filters.workers import WorkerPool
 
     made: list[WorkerPool] = []
 
@@ -71,6 +71,6 @@ def pools_made(monkeypatch) -> list:
             super().__init__(cfg)
             made.append(self)
 
-    for module in (pipeline.run, pipeline.stages):
+    for module in (opsynth.pipeline.run, opsynth.pipeline.stages):
         monkeypatch.setattr(module, "WorkerPool", CountedPool)
     return made

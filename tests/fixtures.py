@@ -1,7 +1,7 @@
 """Small task programs that each must get one verdict from the execution checks (the template, the honest and
 the hostile ones shared with the fault suite live in bench.hostile_tasks)."""
 
-from bench.hostile_tasks import (  # noqa: F401  (the shared templates and tasks, re-exported for the tests)
+from opsynth.bench.hostile_tasks import (  # noqa: F401  (the shared templates and tasks, re-exported for the tests)
     CONSTANT,
     FOOTER,
     GOOD,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.faults import can_mount_tmpfs, disk_trials
+from opsynth.bench.faults import can_mount_tmpfs, disk_trials
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="the leftover-process checks read /proc (Linux)")
 

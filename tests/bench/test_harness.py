@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipeline.cli import main
+from opsynth.commands.cli import main
 
 EXECUTE = ["execute", "--device", "cpu", "--n", "4", "--workers", "2", "--no-compile-check"]
 

@@ -1,9 +1,9 @@
 import pytest
 
-from filters.calibration import rescale_factor, run_calibrated
-from filters.execution import ExecutionConfig
-from filters.reasons import KEEP, RUNTIME_BELOW_WINDOW
-from filters.workers import Job, WorkerPool
+from opsynth.filters.calibration import rescale_factor, run_calibrated
+from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.workers import Job, WorkerPool
+from opsynth.reasons import KEEP, RUNTIME_BELOW_WINDOW
 from tests import fixtures
 
 # A task whose forward takes 0.1 ms per batch row: its batch decides whether it lands in the window.
@@ -71,7 +71,7 @@ def test_a_task_whose_sizes_cannot_grow_enough_is_decided_without_another_execut
 
 
 def test_a_task_may_reach_the_window_unless_its_growth_is_predicted_far_short():
-    from filters.calibration import may_reach
+    from opsynth.filters.calibration import may_reach
 
     window = (1.0, 100.0)
     assert may_reach(0.1, 64, window) and may_reach(0.1, 6, window)

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from filters.cost import DeviceSpeed, ForwardCost
+from opsynth.device_speed import DeviceSpeed
+from opsynth.filters.cost import ForwardCost
 
 
 def test_a_forward_is_counted_by_its_computing_operators_on_meta():

@@ -7,8 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from filters.ast_similarity import best_match, brute_force, profile, score
-from filters.decontamination import (
+from opsynth.config import COMPOSE_ATTEMPTS, WORKLOADS
+from opsynth.filters.ast_similarity import best_match, brute_force, profile, score
+from opsynth.filters.decontamination import (
     EMBEDDED_INDEX,
     KernelBenchIndex,
     ReferenceError_,
@@ -18,10 +19,9 @@ from filters.decontamination import (
     similarity,
     tasks_from_parquet,
 )
-from filters.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE
-from operator_catalog.codegen import render
-from operator_catalog.compose import compose
-from pipeline.config import COMPOSE_ATTEMPTS, WORKLOADS
+from opsynth.operator_catalog.codegen import render
+from opsynth.operator_catalog.compose import compose
+from opsynth.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE
 from tests import fixtures
 
 

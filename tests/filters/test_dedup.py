@@ -1,4 +1,4 @@
-from filters.dedup import WithinSetFilter, dedup_key, op_graph_hash, split_group
+from opsynth.filters.dedup import WithinSetFilter, dedup_key, op_graph_hash, split_group
 from tests import fixtures
 
 
@@ -26,9 +26,9 @@ def test_operator_graph_hash_follows_the_ordered_ops():
 
 
 def test_within_set_filter_caps_graphs_and_refuses_near_duplicates():
-    from operator_catalog.codegen import render
-    from operator_catalog.compose import compose
-    from pipeline.config import WORKLOADS
+    from opsynth.config import WORKLOADS
+    from opsynth.operator_catalog.codegen import render
+    from opsynth.operator_catalog.compose import compose
 
     within = WithinSetFilter(jaccard_threshold=0.9)
     relu = ["torch.relu"]
@@ -42,15 +42,15 @@ def test_within_set_filter_caps_graphs_and_refuses_near_duplicates():
 
 
 def test_selection_takes_the_quota_in_index_order_skipping_duplicates():
-    from pipeline.records import Candidate
-    from pipeline.selection import select
+    from opsynth.pipeline.selection import select
+    from opsynth.records import Candidate
 
     def cand(index, code, ops):
         return Candidate("torch#1", index, index, tuple(ops), code)
 
-    from operator_catalog.codegen import render
-    from operator_catalog.compose import compose
-    from pipeline.config import WORKLOADS
+    from opsynth.config import WORKLOADS
+    from opsynth.operator_catalog.codegen import render
+    from opsynth.operator_catalog.compose import compose
 
     task = render(compose(5, 1, WORKLOADS["tiny"], 64)).source
     accepted = {"torch#1": [cand(4, fixtures.VANISHING, ["*"]), cand(1, task, ["nn.Linear"]),
@@ -64,8 +64,8 @@ def test_selection_takes_the_quota_in_index_order_skipping_duplicates():
 def test_the_graph_cap_grows_where_a_quota_needs_more_rows_than_there_are_operator_lists():
     import math
 
-    from operator_catalog.registry import sampleable
-    from pipeline.selection import rows_per_graph
+    from opsynth.operator_catalog.registry import sampleable
+    from opsynth.pipeline.selection import rows_per_graph
 
     operators = len(sampleable("torch"))
     assert rows_per_graph("torch#1", 204) == math.ceil(2 * 204 / operators)  # 204 rows, ~316 single-op lists

@@ -5,7 +5,7 @@ reporting its holder's holds and waits."""
 def _hold_and_die(path):
     import ctypes
 
-    from filters.device_lock import DeviceLock
+    from opsynth.filters.device_lock import DeviceLock
 
     with DeviceLock(path):
         ctypes.string_at(0)
@@ -14,7 +14,7 @@ def _hold_and_die(path):
 def test_a_device_lock_is_released_when_its_holder_crashes(tmp_path):
     import multiprocessing
 
-    from filters.device_lock import DeviceLock
+    from opsynth.filters.device_lock import DeviceLock
 
     path = str(tmp_path / "gpu0")
     child = multiprocessing.get_context("spawn").Process(target=_hold_and_die, args=(path,))
@@ -42,7 +42,7 @@ def _enter_in_thread(lock_context) -> tuple:
 
 
 def test_a_device_lock_lets_checks_share_up_to_its_slots_and_timings_hold_it_alone(tmp_path):
-    from filters.device_lock import DeviceLock
+    from opsynth.filters.device_lock import DeviceLock
 
     path = str(tmp_path / "gpu0")
 
@@ -75,7 +75,7 @@ def test_a_device_lock_lets_checks_share_up_to_its_slots_and_timings_hold_it_alo
 
 def test_exclusive_holders_waiting_together_go_before_any_new_shared_holder(tmp_path):
     """The GPU drains of shared work once for all the timings waiting, not once for each."""
-    from filters.device_lock import DeviceLock
+    from opsynth.filters.device_lock import DeviceLock
 
     path = str(tmp_path / "gpu0")
     a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
@@ -101,7 +101,7 @@ def test_exclusive_holders_waiting_together_go_before_any_new_shared_holder(tmp_
 
 
 def test_with_one_slot_a_device_locks_shared_mode_is_exclusive(tmp_path):
-    from filters.device_lock import DeviceLock
+    from opsynth.filters.device_lock import DeviceLock
 
     path = str(tmp_path / "gpu0")
     a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path).shared())
@@ -119,7 +119,7 @@ def test_within_alone_a_processs_shared_holds_are_exclusive(tmp_path):
     """A task retried after running out of memory beside others: its device work shares the GPU with nobody."""
     import contextlib
 
-    from filters.device_lock import DeviceLock
+    from opsynth.filters.device_lock import DeviceLock
 
     path = str(tmp_path / "gpu0")
 
@@ -141,7 +141,7 @@ def test_within_alone_a_processs_shared_holds_are_exclusive(tmp_path):
 
 
 def test_a_device_lock_reports_its_holds_and_waits(tmp_path):
-    from filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock
+    from opsynth.filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock
 
     path = str(tmp_path / "gpu0")
     a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path))

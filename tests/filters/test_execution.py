@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch._dynamo
 
-from filters.execution import ExecutionConfig, run_checks, timed_iters
-from filters.reasons import (
+from opsynth.filters.execution import ExecutionConfig, run_checks, timed_iters
+from opsynth.filters.workers import Job, WorkerPool, memory_share
+from opsynth.reasons import (
     COMPILE_ERROR,
     COMPILE_MISMATCH,
     CRASH,
@@ -20,7 +21,6 @@ from filters.reasons import (
     RUNTIME_ERROR,
     TIMEOUT,
 )
-from filters.workers import Job, WorkerPool, memory_share
 from tests import fixtures
 
 CPU = ExecutionConfig(
@@ -165,7 +165,7 @@ class _LockedCPUPool(WorkerPool):
     def _spawn(self, slot):
         import os
 
-        from filters.device_lock import DeviceLock
+        from opsynth.filters.device_lock import DeviceLock
 
         self._locks.setdefault(None, DeviceLock(os.path.join(self._root, "cpu")))
         return super()._spawn(slot)
@@ -191,8 +191,8 @@ def test_tasks_waiting_for_a_hung_gpu_holder_are_not_timed_out_and_a_long_holder
 
 
 def test_the_time_limit_counts_work_not_waits_for_the_gpu():
-    from filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S
-    from filters.workers import overdue
+    from opsynth.filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S
+    from opsynth.filters.workers import overdue
 
     def watch(hold=0.0, wait=0.0, waited=0.0):
         w = [0.0] * 3
@@ -211,7 +211,7 @@ def test_the_time_limit_counts_work_not_waits_for_the_gpu():
 
 
 def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
-    from filters.execution import CheckFailed, _check_outputs, tensors_close
+    from opsynth.filters.execution import CheckFailed, _check_outputs, tensors_close
 
     base = torch.randn(64, 128)  # past the probe: 8,192 elements
     late = base.clone()
@@ -255,7 +255,7 @@ def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
     from torch._C._autograd import _profiler_enabled
     from torch.profiler import ProfilerActivity
 
-    from filters.execution import _PhaseClock, _profile
+    from opsynth.filters.execution import _PhaseClock, _profile
 
     seen = []
 
@@ -284,7 +284,7 @@ def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
 def test_nested_phases_count_once():
     import time
 
-    from filters.execution import _PhaseClock
+    from opsynth.filters.execution import _PhaseClock
 
     clock = _PhaseClock()
     with clock("compile"):
@@ -314,8 +314,8 @@ def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(ev
     """The CUDA order after the checks, run on the CPU with a stand-in timer (one call per hold of the GPU)."""
     import contextlib
 
-    from filters.execution import CheckFailed, _cuda_timings, _PhaseClock
-    from filters.task_loading import load_task
+    from opsynth.filters.execution import CheckFailed, _cuda_timings, _PhaseClock
+    from opsynth.filters.task_loading import load_task
 
     cfg = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=10, compile_backend="aot_eager")
     task = load_task(source)
@@ -356,7 +356,7 @@ def test_a_draws_outputs_are_reduced_as_they_come_and_not_kept():
     """The checks hold the first draw's outputs and the current one's, not all five: memory for larger tasks."""
     import weakref
 
-    from filters.execution import _Outputs
+    from opsynth.filters.execution import _Outputs
 
     judged = _Outputs([torch.randn(100)], CPU)
     out = torch.randn(100)
@@ -367,7 +367,7 @@ def test_a_draws_outputs_are_reduced_as_they_come_and_not_kept():
 
 
 def test_on_cuda_the_events_decide_a_task_below_the_window_before_the_profiler():
-    from filters.execution import CheckFailed, _check_events
+    from opsynth.filters.execution import CheckFailed, _check_events
 
     window = (1.0, 100.0)
     for events_ms, reason in ((0.9, RUNTIME_BELOW_WINDOW), (301.0, RUNTIME_ABOVE_WINDOW)):
@@ -383,7 +383,7 @@ def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
     """Another process's compiled kernels (and Triton's autotuning runs) would slow a task being timed."""
     import contextlib
 
-    from filters.execution import _locked_backend
+    from opsynth.filters.execution import _locked_backend
 
     class Lock:
         held = False
@@ -415,8 +415,8 @@ def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
 
 
 def test_a_cuda_error_in_the_compiled_model_also_retires_the_worker():
-    from filters.execution import is_fatal_cuda_error
-    from filters.reasons import Verdict
+    from opsynth.filters.execution import is_fatal_cuda_error
+    from opsynth.reasons import Verdict
 
     assert is_fatal_cuda_error(Verdict(COMPILE_ERROR, "RuntimeError: CUDA error: device-side assert triggered"))
     assert is_fatal_cuda_error(Verdict(RUNTIME_ERROR, "RuntimeError: CUDA error: an illegal memory access"))

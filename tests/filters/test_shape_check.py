@@ -1,5 +1,5 @@
-from filters.reasons import KEEP, LOAD_ERROR, SHAPE_ERROR
-from filters.shape_check import check_shapes
+from opsynth.filters.shape_check import check_shapes
+from opsynth.reasons import KEEP, LOAD_ERROR, SHAPE_ERROR
 from tests import fixtures
 
 

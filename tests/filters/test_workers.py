@@ -5,9 +5,9 @@ import logging
 
 import pytest
 
-from filters.execution import ExecutionConfig
-from filters.reasons import CRASH, KEEP
-from filters.workers import Job, WorkerPool
+from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.workers import Job, WorkerPool
+from opsynth.reasons import CRASH, KEEP
 from tests import fixtures
 
 CPU = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1000.0), timeout_s=20.0, compile_check=False, workers=1)
@@ -32,9 +32,9 @@ def test_a_worker_that_breaks_the_protocol_costs_its_task_only():
 
 
 def test_workers_retire_after_many_tasks(monkeypatch):
-    import filters.workers
+    import opsynth.filters.workers
 
-    monkeypatch.setattr(filters.workers, "RECYCLE_JOBS", 2)
+    monkeypatch.setattr(opsynth.filters.workers, "RECYCLE_JOBS", 2)
     with WorkerPool(CPU) as pool:
         verdicts = pool.run([Job(str(i), fixtures.GOOD, i) for i in range(5)])
         assert all(v.kept for v in verdicts) and pool.replaced == 2
@@ -52,8 +52,8 @@ def test_the_pool_knows_what_its_workers_enforce():
 
 
 def test_a_job_decided_before_it_is_handed_out_does_not_run():
-    from filters.reasons import NOT_NEEDED
-    from filters.reasons import Verdict as V
+    from opsynth.reasons import NOT_NEEDED
+    from opsynth.reasons import Verdict as V
 
     finals = []
     with WorkerPool(CPU) as pool:
@@ -71,7 +71,7 @@ def test_workers_keep_transformers_notice_about_standalone_attention_from_the_us
     """Each worker that runs a transformers attention module would print it once: what those tasks are."""
     import transformers.modeling_utils  # noqa: F401  (its logger, as transformers sets it up)
 
-    from filters.worker_process import quiet_library_notices
+    from opsynth.filters.worker_process import quiet_library_notices
 
     quiet_library_notices()
     logger = logging.getLogger("transformers.modeling_utils")

@@ -3,12 +3,12 @@ import csv
 import pytest
 import torch
 
-from operator_catalog import OpEntry, all_entries, get
-from operator_catalog.activations import _plain
-from operator_catalog.check import check_entry, execute_entry
-from operator_catalog.registry import UnknownOperator
-from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES, WORKLOADS
-from pipeline.run import execution_config
+from opsynth.commands.catalog_check import check_entry, execute_entry
+from opsynth.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES, WORKLOADS
+from opsynth.operator_catalog import OpEntry, all_entries, get
+from opsynth.operator_catalog.activations import _plain
+from opsynth.operator_catalog.registry import UnknownOperator
+from opsynth.pipeline.run import execution_config
 
 ENTRIES = [e for e in all_entries() if e.excluded is None]
 REQUIRED_FAMILIES = {
@@ -45,7 +45,7 @@ def test_every_released_torch_name_is_an_entry_and_300_are_sampled(ops6k_vocabul
 
 
 def test_ops6k_weights_cover_every_torch_entry(ops6k_vocabulary):
-    from operator_catalog.weights import OPS6K_COUNTS
+    from opsynth.operator_catalog.weights import OPS6K_COUNTS
 
     with open(ops6k_vocabulary) as f:
         counts = {row["op"]: int(row["count_in_ops6k"]) for row in csv.DictReader(f, delimiter="\t")}
@@ -54,7 +54,7 @@ def test_ops6k_weights_cover_every_torch_entry(ops6k_vocabulary):
 
 
 def test_excluded_entries_say_why_and_are_never_drawn():
-    from operator_catalog.registry import sampleable
+    from opsynth.operator_catalog.registry import sampleable
 
     excluded = [e for e in all_entries() if e.excluded is not None]
     assert excluded and all(len(e.excluded) > 20 for e in excluded)
@@ -106,8 +106,8 @@ def test_transformers_entries_are_released_classes(ops6k_transformers):
 def test_a_feature_pyramid_module_takes_its_maps_as_one_list():
     import random
 
-    from filters.task_loading import load_task
-    from operator_catalog.transformers_modules import transformers_task
+    from opsynth.filters.task_loading import load_task
+    from opsynth.operator_catalog.transformers_modules import transformers_task
 
     task = transformers_task(get("DepthAnythingNeck"), random.Random(0), WORKLOADS["tiny"])
     loaded = load_task(task.source)
@@ -121,8 +121,8 @@ def test_a_feature_pyramid_module_takes_its_maps_as_one_list():
 def test_transformers_task_inlines_its_class_and_helpers():
     import random
 
-    from filters.task_loading import load_task
-    from operator_catalog.transformers_modules import render_transformers
+    from opsynth.filters.task_loading import load_task
+    from opsynth.operator_catalog.transformers_modules import render_transformers
 
     entry = get("ResNetBasicLayer")
     task = render_transformers(entry, entry.sampler(random.Random(0), WORKLOADS["tiny"]))

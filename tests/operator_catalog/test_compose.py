@@ -1,12 +1,12 @@
 import pytest
 import torch
 
-from filters.task_loading import load_task
-from operator_catalog import get
-from operator_catalog.codegen import render
-from operator_catalog.compose import GlueNode, OpNode, balanced_factors, chain, compose
-from operator_catalog.faithfulness import ops_faithful, ops_in_forward
-from pipeline.config import COMPOSE_ATTEMPTS, WORKLOADS
+from opsynth.config import COMPOSE_ATTEMPTS, WORKLOADS
+from opsynth.filters.task_loading import load_task
+from opsynth.operator_catalog import get
+from opsynth.operator_catalog.codegen import render
+from opsynth.operator_catalog.compose import GlueNode, OpNode, balanced_factors, chain, compose
+from opsynth.operator_catalog.faithfulness import ops_faithful, ops_in_forward
 
 TINY = WORKLOADS["tiny"]
 
@@ -77,8 +77,8 @@ def test_ops6k_weights_draw_operators_as_often_as_the_released_set():
     import random
     from collections import Counter
 
-    from operator_catalog.compose import OP_WEIGHTS, draw_operators
-    from operator_catalog.registry import sampleable
+    from opsynth.operator_catalog.compose import OP_WEIGHTS, draw_operators
+    from opsynth.operator_catalog.registry import sampleable
 
     rng = random.Random(0)
     pool = sampleable("torch")
@@ -92,8 +92,8 @@ def test_ops6k_weights_draw_operators_as_often_as_the_released_set():
 
 
 def test_a_rescaled_candidate_keeps_its_operators_under_weights():
-    from pipeline.candidates import make_candidate, rescale_candidate
-    from pipeline.records import CandidateSpec
+    from opsynth.pipeline.candidates import make_candidate, rescale_candidate
+    from opsynth.records import CandidateSpec
 
     for index in range(10):
         spec = CandidateSpec("torch#3", index, 1000 + index)
@@ -151,7 +151,7 @@ def test_a_module_whose_parameters_exceed_the_budget_is_not_composed():
     import dataclasses
     import random
 
-    from operator_catalog.entry import NotApplicable
+    from opsynth.operator_catalog.entry import NotApplicable
 
     # Inputs of at most 64 elements, and no tensor of more than 256: any linear layer of the workload's sizes
     # (16 to 64 outputs) on the input's features holds more weights than that.
@@ -163,7 +163,7 @@ def test_a_module_whose_parameters_exceed_the_budget_is_not_composed():
 def test_attention_keeps_its_hidden_scores_within_the_budget():
     import random
 
-    from operator_catalog.entry import NotApplicable, SampleContext, TensorSpec
+    from opsynth.operator_catalog.entry import NotApplicable, SampleContext, TensorSpec
 
     entry = get("nn.MultiheadAttention")
     ctx = SampleContext(TensorSpec((8, 512, 32)), random.Random(0), TINY)  # 8 x 512 x 512 scores > 262,144
@@ -173,7 +173,7 @@ def test_attention_keeps_its_hidden_scores_within_the_budget():
 
 
 def test_ops_read_loosely_need_only_occur_in_the_code():
-    from operator_catalog.faithfulness import ops_mentioned
+    from opsynth.operator_catalog.faithfulness import ops_mentioned
 
     freeform = """import torch
 import torch.nn as nn
@@ -197,8 +197,8 @@ class Model(nn.Module):
 def test_a_recurrence_states_the_output_shape_that_running_it_on_meta_gives(name):
     import random
 
-    from operator_catalog.compose import sample_input
-    from operator_catalog.entry import NotApplicable, SampleContext, apply_call, build_module
+    from opsynth.operator_catalog.compose import sample_input
+    from opsynth.operator_catalog.entry import NotApplicable, SampleContext, apply_call, build_module
 
     entry = get(name)
     checked, bidirectional = 0, 0

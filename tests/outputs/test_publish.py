@@ -8,9 +8,9 @@ from typing import ClassVar
 
 import pytest
 
-from outputs.publish import publish
-from pipeline.cli import main
-from pipeline.errors import UsageError
+from opsynth.commands.cli import main
+from opsynth.errors import UsageError
+from opsynth.outputs.publish import publish
 
 TOKEN = "hf_test_token_that_must_never_be_printed"
 
@@ -132,7 +132,7 @@ class _EchoingHub(BaseHTTPRequestHandler):
 
 
 def test_a_server_that_echoes_the_token_never_gets_it_printed(dataset_folder, monkeypatch):
-    from pipeline.errors import OpsynthError
+    from opsynth.errors import OpsynthError
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _EchoingHub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -154,7 +154,7 @@ def test_every_config_the_card_lists_must_load(dataset_folder, tmp_path, capsys)
     import pyarrow.parquet as pq
     import yaml
 
-    from outputs.schema import REJECTED_SCHEMA
+    from opsynth.outputs.schema import REJECTED_SCHEMA
 
     card = (dataset_folder / "README.md").read_text()
     assert not list((dataset_folder / "rejected").glob("*.parquet")) and "config_name: rejected" not in card

@@ -1,5 +1,5 @@
-from filters.gpu_busy import GpuBusyMonitor
-from outputs.stats import gpu_busy
+from opsynth.filters.gpu_busy import GpuBusyMonitor
+from opsynth.outputs.stats import gpu_busy
 
 
 def test_gpu_busy_is_weighted_by_each_sessions_span_of_execution():

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.faults import RUN_ARGS, dataset_rows, unfinished_copy
-from pipeline.cli import main
-from pipeline.run_folder import FolderLock
+from opsynth.bench.faults import RUN_ARGS, dataset_rows, unfinished_copy
+from opsynth.commands.cli import main
+from opsynth.pipeline.run_folder import FolderLock
 
 
 def _generate(out: Path) -> int:

@@ -2,10 +2,10 @@
 
 import pytest
 
-from pipeline.cli import main
-from pipeline.config import OPS6K_MIXTURE
-from pipeline.options import GenerateOptions, quotas
-from pipeline.plan import OPEN, capacity, walk_source
+from opsynth.commands.cli import main
+from opsynth.config import OPS6K_MIXTURE
+from opsynth.options import GenerateOptions, quotas
+from opsynth.pipeline.plan import OPEN, capacity, walk_source
 
 
 def _options(num_samples: int, mixture: dict[str, float] = OPS6K_MIXTURE) -> GenerateOptions:

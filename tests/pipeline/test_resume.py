@@ -10,8 +10,8 @@ import time
 
 from datasets import load_dataset
 
-from bench.faults import environment, running_under
-from pipeline.cli import main
+from opsynth.bench.faults import environment, running_under
+from opsynth.commands.cli import main
 
 # A window no task can leave, so that timing noise cannot make the two runs differ.
 ARGS = ["--num-samples", "60", "--seed", "5", "--device", "cpu", "--workload", "tiny", "--workers", "2",
@@ -23,7 +23,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
     assert main(["generate", "--out", str(reference), *ARGS]) == 0
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "generate", "--out", str(killed), *ARGS],
+        [sys.executable, "-m", "opsynth", "generate", "--out", str(killed), *ARGS],
         env=environment(tmp_path / "tmp"),  # its workers make their folders there
         start_new_session=True,
         stdout=subprocess.DEVNULL,

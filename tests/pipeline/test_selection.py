@@ -1,9 +1,9 @@
 """A round's fill point: its candidates are needed in index order until enough are accepted; the execution
 stage skips the rest as verdicts come in, and the records set aside all of them, however many ran."""
 
-from filters.reasons import NOT_NEEDED, RUNTIME_BELOW_WINDOW
-from pipeline.records import Candidate, Rejection
-from pipeline.selection import FillPoint, trim, wanted
+from opsynth.pipeline.selection import FillPoint, trim, wanted
+from opsynth.reasons import NOT_NEEDED, RUNTIME_BELOW_WINDOW
+from opsynth.records import Candidate, Rejection
 
 
 def _prepared(index: int, source: str = "torch#1") -> Candidate:

@@ -4,7 +4,7 @@ import json
 import time
 from pathlib import Path
 
-from pipeline.sessions import SessionClock, read_sessions
+from opsynth.pipeline.sessions import SessionClock, read_sessions
 
 
 def test_a_process_records_its_time_as_it_goes_and_when_it_ends(tmp_path):

@@ -4,11 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from filters.reasons import RUNTIME_BELOW_WINDOW
-from pipeline.config import GPU_SPEED, OPS6K_MIXTURE, SPEED_SAMPLES
-from pipeline.options import GenerateOptions
-from pipeline.records import Candidate, Rejection
-from pipeline.sizing import round_sizing, timed_predictions, with_gpu_budget
+from opsynth.config import GPU_SPEED, OPS6K_MIXTURE, SPEED_SAMPLES
+from opsynth.options import GenerateOptions
+from opsynth.pipeline.sizing import round_sizing, timed_predictions, with_gpu_budget
+from opsynth.reasons import RUNTIME_BELOW_WINDOW
+from opsynth.records import Candidate, Rejection
 
 OPTIONS = GenerateOptions(
     out="o", num_samples=20, seed=1, preset="ops6k", mixture=OPS6K_MIXTURE, op_weights="ops6k", device="cuda",
@@ -44,8 +44,8 @@ def test_only_executions_at_their_predicted_sizes_correct_the_speed():
 
 
 def test_the_element_budget_follows_the_gpus_memory_and_is_the_workloads_elsewhere():
-    from filters.execution import ExecutionConfig
-    from filters.workers import element_budget
+    from opsynth.filters.execution import ExecutionConfig
+    from opsynth.filters.workers import element_budget
 
     cuda = ExecutionConfig("cuda", (1.0, 100.0), 60, workers=14)  # 3 of them share a GPU's memory at most
     assert element_budget(150_000_000_000, cuda) == 1 << 31  # an H200: five fp32 copies in 45 GB

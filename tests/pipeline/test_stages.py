@@ -8,11 +8,9 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.shared import Shared
 
-from filters.execution import ExecutionConfig
-from filters.reasons import KEEP, RUNTIME_BELOW_WINDOW, Verdict
-from pipeline.config import WORKLOADS
-from pipeline.records import Candidate, CandidateSpec, candidate_seed
-from pipeline.stages import (
+from opsynth.config import WORKLOADS
+from opsynth.filters.execution import ExecutionConfig
+from opsynth.pipeline.stages import (
     KEPT,
     REJECTED,
     CheckShapes,
@@ -20,11 +18,13 @@ from pipeline.stages import (
     DedupWithinSet,
     ExecuteCandidates,
 )
+from opsynth.reasons import KEEP, RUNTIME_BELOW_WINDOW, Verdict
+from opsynth.records import Candidate, CandidateSpec, candidate_seed
 from tests import fixtures
 
 
 def _candidate(index: int, code: str) -> Candidate:
-    from filters.dedup import dedup_key
+    from opsynth.filters.dedup import dedup_key
 
     return Candidate("torch#1", index, index, ("nn.Linear",), code, (), dedup_key(code))
 
@@ -64,7 +64,7 @@ def test_dedup_keeps_the_first_of_each_program_and_drops_keys_seen_before(tmp_pa
 
 
 def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_take(tmp_path):
-    from filters.dedup import op_graph_hash
+    from opsynth.filters.dedup import op_graph_hash
 
     relu = fixtures.GOOD.replace("torch.relu", "torch.sigmoid")
     linear = [_candidate(4, fixtures.GOOD), _candidate(1, relu)]  # two programs, one graph: ("nn.Linear",)
@@ -104,7 +104,7 @@ def test_pipelines_given_one_pool_handle_start_execution_workers_once(pools_made
 
 
 def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reported(monkeypatch, capsys):
-    import pipeline.stages
+    import opsynth.pipeline.stages
 
     recorded: list[list[int]] = []
 
@@ -113,16 +113,16 @@ def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reporte
             recorded.append([c.index for c in entered])
 
     candidates = [_candidate(i, fixtures.GOOD) for i in range(3)]
-    tally = pipeline.stages._Tally()
+    tally = opsynth.pipeline.stages._Tally()
     tally.start()
-    checkpoint = pipeline.stages._Checkpointer(Progress(), candidates, tally)
+    checkpoint = opsynth.pipeline.stages._Checkpointer(Progress(), candidates, tally)
     checkpoint.add(2, (candidates[2], Verdict(KEEP, ""), 0))
     checkpoint.add(0, (candidates[0], Verdict(RUNTIME_BELOW_WINDOW, "eager 0.1 ms < 1.0 ms"), 2))
     assert recorded == []  # within the interval: held
     checkpoint.flush()
     assert recorded == [[2, 0]]
     assert "executed 2 candidates, kept 1" in capsys.readouterr().err
-    monkeypatch.setattr(pipeline.stages, "CHECKPOINT_EVERY_S", 0.0)
+    monkeypatch.setattr(opsynth.pipeline.stages, "CHECKPOINT_EVERY_S", 0.0)
     checkpoint.add(1, (candidates[1], Verdict(KEEP, ""), 0))
     checkpoint.flush()  # nothing left to write
     assert recorded == [[2, 0], [1]]
@@ -132,7 +132,7 @@ def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reporte
 def test_an_execution_stage_asked_for_one_accepted_candidate_runs_no_more_than_it_needs(tmp_path):
     """One worker: each candidate's verdict is in before the next is handed out, so after the first accepted
     one every later candidate of its data source is skipped, checkpointing nothing."""
-    from pipeline.progress import ExecutionProgress
+    from opsynth.pipeline.progress import ExecutionProgress
 
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False,
                           warmup=0, iters=1, workers=1)  # fmt: skip
@@ -156,10 +156,10 @@ def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_t
     """At a (made-up) speed, every candidate's forward cost predicts its time: those far from the calibration aim
     are made again from their seeds at a scaled batch, within the element budget; every kept one carries its
     prediction, and a rescaled one its new sizes."""
-    from filters.cost import DeviceSpeed
-    from pipeline.candidates import make_candidate
-    from pipeline.config import CALIBRATION_TARGET, SIZE_SLACK
-    from pipeline.stages import Sizing
+    from opsynth.config import CALIBRATION_TARGET, SIZE_SLACK
+    from opsynth.device_speed import DeviceSpeed
+    from opsynth.pipeline.candidates import make_candidate
+    from opsynth.pipeline.stages import Sizing
 
     workload = WORKLOADS["tiny"]
     window = (1.0, 100.0)
@@ -187,7 +187,7 @@ def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_t
 
 
 def _predicted(code: str, speed) -> float:
-    from filters.shape_check import check_shapes
+    from opsynth.filters.shape_check import check_shapes
 
     return speed.predicted_ms(check_shapes(code).measurements["cost"])
 
@@ -197,10 +197,10 @@ HINT = "type:nvidia-l4;count:1;install-nvidia-driver"
 
 def _built_pipelines() -> tuple[beam.Pipeline, beam.Pipeline]:
     """A round's two pipelines (its CPU stages, its execution), built but not run."""
-    from pipeline.config import OPS6K_MIXTURE
-    from pipeline.graph import build_execute, build_prepare
-    from pipeline.options import GenerateOptions
-    from pipeline.run import execution_config, shape_check_config
+    from opsynth.config import OPS6K_MIXTURE
+    from opsynth.options import GenerateOptions
+    from opsynth.pipeline.graph import build_execute, build_prepare
+    from opsynth.pipeline.run import execution_config, shape_check_config
 
     options = GenerateOptions(
         out="o", num_samples=20, seed=1, preset="ops6k", mixture=OPS6K_MIXTURE, op_weights="ops6k", device="cpu",

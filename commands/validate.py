@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from filters.decontamination import KernelBenchIndex, decontaminate
-from filters.execution import ExecutionConfig
-from filters.reasons import KEEP, Verdict
-from filters.worker_process import SHAPES
-from filters.workers import Job, WorkerPool
-from outputs.shards import write_text_atomic
-from outputs.stats import spread
-from pipeline.errors import UsageError
+from opsynth.errors import UsageError
+from opsynth.filters.decontamination import KernelBenchIndex, decontaminate
+from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.worker_process import SHAPES
+from opsynth.filters.workers import Job, WorkerPool
+from opsynth.outputs.shards import write_text_atomic
+from opsynth.outputs.stats import spread
+from opsynth.reasons import KEEP, Verdict
 
 T = TypeVar("T")
 VALIDATE_SEED = 20260229  # the same seed for every task, so a verdict is reproducible

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from operator_catalog.faithfulness import ops_faithful, ops_mentioned
-from operator_catalog.registry import all_entries
-from operator_catalog.weights import OPS6K_COUNTS
-from outputs.figures import axes, log_bins, save
-from outputs.shards import write_text_atomic
-from outputs.stats import STAGES, spread
-from pipeline.config import AST_SIMILARITY_THRESHOLD, OPS6K_MIXTURE
+from opsynth.config import AST_SIMILARITY_THRESHOLD, OPS6K_MIXTURE
+from opsynth.operator_catalog.faithfulness import ops_faithful, ops_mentioned
+from opsynth.operator_catalog.registry import all_entries
+from opsynth.operator_catalog.weights import OPS6K_COUNTS
+from opsynth.outputs.figures import axes, log_bins, save
+from opsynth.outputs.shards import write_text_atomic
+from opsynth.outputs.stats import STAGES, spread
 
 # Measured on the released set's 6,000 rows: distinct ordered `ops` lists over rows.
 RELEASED_DISTINCT_OP_LISTS = 0.869
@@ -57,7 +57,7 @@ def _inputs(code: str) -> tuple[int, list[str]] | None:
     device; None for a task that cannot be loaded or sized, or has no input tensor."""
     import torch
 
-    from filters.task_loading import load_task
+    from opsynth.filters.task_loading import load_task
 
     try:
         task = load_task(code)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.faults import environment, hostile_validate, running_under, verdicts_hold
+from opsynth.bench.faults import environment, hostile_validate, running_under, verdicts_hold
 from tests import fixtures
 
 
@@ -34,7 +34,7 @@ def test_workers_die_with_a_killed_run(tmp_path):
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "hang.py").write_text(fixtures.HANG)
-    argv = [sys.executable, "-m", "pipeline", "validate", str(tasks), "--device", "cpu", "--workers", "1",
+    argv = [sys.executable, "-m", "opsynth", "validate", str(tasks), "--device", "cpu", "--workers", "1",
             "--timeout-s", "600", "--no-compile-check"]  # fmt: skip
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     process = subprocess.Popen(argv, env=environment(tmp_path / "tmp"), **quiet)

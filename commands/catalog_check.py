@@ -10,16 +10,17 @@ from __future__ import annotations
 import random
 import zlib
 
-from filters.calibration import rescale_factor
-from filters.execution import ExecutionConfig, run_checks
-from filters.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW
-from filters.shape_check import check_shapes
-from operator_catalog.codegen import render
-from operator_catalog.compose import CHAIN_ERRORS, chain
-from operator_catalog.entry import OpEntry, Workload
-from operator_catalog.faithfulness import ops_faithful
-from operator_catalog.registry import get
-from operator_catalog.transformers_modules import TransformersEntry, render_transformers, transformers_task
+from opsynth.filters.calibration import rescale_factor
+from opsynth.filters.execution import ExecutionConfig, run_checks
+from opsynth.filters.shape_check import check_shapes
+from opsynth.operator_catalog.codegen import render
+from opsynth.operator_catalog.compose import CHAIN_ERRORS, chain
+from opsynth.operator_catalog.entry import OpEntry
+from opsynth.operator_catalog.faithfulness import ops_faithful
+from opsynth.operator_catalog.registry import get
+from opsynth.operator_catalog.transformers_modules import TransformersEntry, render_transformers, transformers_task
+from opsynth.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW
+from opsynth.workload import Workload
 
 TRIES = 12
 

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli import main
+from opsynth.commands.cli import main
 from tests import fixtures
 
 
@@ -182,7 +182,7 @@ def test_python_dash_m_pipeline_is_the_same_cli():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "pipeline", "catalog", "--help"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "opsynth", "catalog", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "opsynth catalog check" in done.stdout
 
 
@@ -226,7 +226,7 @@ def test_similarity_reports_a_task_nested_too_deeply_to_compare_and_goes_on(tmp_
 
 
 def test_the_checks_share_a_gpu_by_default_and_exclusive_checks_turn_that_off():
-    from pipeline.cli import build_parser
+    from opsynth.commands.cli import build_parser
 
     parser = build_parser()
     for command in (["generate", "--out", "o"], ["validate", "t.py"], ["bench", "execute"]):
@@ -249,8 +249,8 @@ def test_mixture_shares_must_add_up_to_100(tmp_path, capsys):
 def test_version_names_opsynth_its_catalog_torch_and_beam(capsys):
     import apache_beam
 
-    from operator_catalog import catalog_version
-    from pipeline.config import VERSION
+    from opsynth.config import VERSION
+    from opsynth.operator_catalog import catalog_version
 
     with pytest.raises(SystemExit) as done:
         main(["--version"])
@@ -273,7 +273,7 @@ def test_ctrl_c_inside_a_beam_stage_says_how_to_resume_and_prints_no_traceback(m
     import os
     import signal
 
-    import pipeline.cli
+    import opsynth.commands.cli
 
     def a_stage_interrupted(argv):
         try:
@@ -286,7 +286,7 @@ def test_ctrl_c_inside_a_beam_stage_says_how_to_resume_and_prints_no_traceback(m
             )
             raise RuntimeError("KeyboardInterrupt [while running 'Stage']") from e
 
-    monkeypatch.setattr(pipeline.cli, "run", a_stage_interrupted)
+    monkeypatch.setattr(opsynth.commands.cli, "run", a_stage_interrupted)
     assert main(["generate", "--out", "o"]) == 130
     err = capsys.readouterr().err
     assert err == "opsynth: interrupted; run the same command again to resume\n"

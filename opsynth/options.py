@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from operator_catalog.entry import Workload
-from pipeline.config import DATA_SOURCES, MIXTURE_ALIASES, PRESETS, WORKLOADS
-from pipeline.errors import UsageError
+from opsynth.config import DATA_SOURCES, MIXTURE_ALIASES, PRESETS, WORKLOADS
+from opsynth.errors import UsageError
+from opsynth.workload import Workload
 
 MIXTURE_SLACK = 0.1  # percent by which --mixture's shares may miss 100 (thirds written as 33.33)
 

@@ -1,8 +1,8 @@
 import pytest
 
-from pipeline.config import OPS6K_MIXTURE
-from pipeline.errors import UsageError
-from pipeline.options import parse_mixture, parse_window, quotas
+from opsynth.config import OPS6K_MIXTURE
+from opsynth.errors import UsageError
+from opsynth.options import parse_mixture, parse_window, quotas
 
 
 def test_6000_rows_reproduce_the_released_counts():
@@ -46,7 +46,7 @@ def test_malformed_windows_are_usage_errors(text):
 def test_rounds_are_planned_from_the_last_rounds_yield():
     from collections import Counter
 
-    from pipeline.run import _plan_round
+    from opsynth.pipeline.run import _plan_round
 
     missing = {"torch#1": 20}
     # The run so far: 200 made for 80 rows (40 %), but the last round: 100 made for 10 rows (10 %).
@@ -59,8 +59,8 @@ def test_rounds_are_planned_from_the_last_rounds_yield():
 def test_a_round_never_exceeds_the_candidate_cap():
     from collections import Counter
 
-    from pipeline.config import MAX_ROUND_CANDIDATES
-    from pipeline.run import _plan_round
+    from opsynth.config import MAX_ROUND_CANDIDATES
+    from opsynth.pipeline.run import _plan_round
 
     # 600,000 rows at a 50 % yield would ask for 1.4 M candidates in one round.
     plan = _plan_round({"torch#1": 20_400, "torch#2": 502_620}, Counter({"torch#1": 10, "torch#2": 10}),
@@ -70,8 +70,8 @@ def test_a_round_never_exceeds_the_candidate_cap():
 
 
 def test_the_next_round_is_planned_from_what_this_one_should_yield_before_it_executes():
-    from pipeline.config import MAX_ROUND_CANDIDATES
-    from pipeline.run import _speculative_plan
+    from opsynth.config import MAX_ROUND_CANDIDATES
+    from opsynth.pipeline.run import _speculative_plan
 
     # A 600-row run's pilot: 400 torch#2 candidates for 503 rows, at the pilot's 40 % no more than 160; 115
     # torch#3 candidates for its 46 rows should do.
@@ -87,8 +87,8 @@ def test_the_next_round_is_planned_from_what_this_one_should_yield_before_it_exe
 def test_an_exhausted_data_source_hands_its_missing_rows_to_the_largest_one():
     from collections import Counter
 
-    from pipeline.run import _exhausted
-    from pipeline.selection import Selector
+    from opsynth.pipeline.run import _exhausted
+    from opsynth.pipeline.selection import Selector
 
     selector = Selector({"torch#1": 200, "torch#2": 5000, "torch#3": 450})
     selector.rows.update({"torch#1": 120, "torch#2": 3800, "torch#3": 400})
@@ -110,8 +110,8 @@ def test_an_exhausted_data_source_hands_its_missing_rows_to_the_largest_one():
 def test_a_resumed_round_follows_the_plan_it_wrote(tmp_path):
     import json
 
-    from pipeline.graph import ACCEPTED, EXECUTE_REJECTED, PREPARE_REJECTED
-    from pipeline.rounds import DONE_MARKER, PLAN_FILE, recorded_plan
+    from opsynth.pipeline.graph import ACCEPTED, EXECUTE_REJECTED, PREPARE_REJECTED
+    from opsynth.pipeline.rounds import DONE_MARKER, PLAN_FILE, recorded_plan
 
     assert recorded_plan(str(tmp_path / "round-00003")) is None  # not started: the planner decides
     planned = tmp_path / "round-00004"
@@ -133,7 +133,7 @@ def test_a_resumed_round_follows_the_plan_it_wrote(tmp_path):
 def test_a_gpu_set_element_budget_is_part_of_what_a_resume_must_match():
     from dataclasses import replace
 
-    from pipeline.options import GenerateOptions
+    from opsynth.options import GenerateOptions
 
     options = GenerateOptions(
         out="o", num_samples=20, seed=1, preset="ops6k", mixture=OPS6K_MIXTURE, op_weights="ops6k", device="cpu",

@@ -5,8 +5,8 @@ Commands and stages read these; nothing else in the project hard-codes a size, s
 
 from __future__ import annotations
 
-from filters.cost import DeviceSpeed
-from operator_catalog.entry import Workload
+from opsynth.device_speed import DeviceSpeed
+from opsynth.workload import Workload
 
 VERSION = "0.1.0"
 
@@ -131,6 +131,9 @@ PLAN_SAMPLE = 1000
 # stats.json and the card say so.
 EXHAUSTION_YIELD = 0.01
 EXHAUSTION_MIN_CANDIDATES = 1000
+
+# The execution workers' time per phase of a task is counted under this prefix, summed over workers.
+WORKER_PREFIX = "worker_"
 
 # Output shards.
 MAX_ROWS_PER_SHARD = 10_000

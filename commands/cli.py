@@ -12,8 +12,8 @@ import os
 import signal
 import sys
 
-from pipeline.config import AST_SIMILARITY_THRESHOLD, DEFAULT_PRESET, KERNELBENCH_JACCARD_THRESHOLD, WORKLOADS
-from pipeline.errors import OpsynthError, UsageError
+from opsynth.config import AST_SIMILARITY_THRESHOLD, DEFAULT_PRESET, KERNELBENCH_JACCARD_THRESHOLD, WORKLOADS
+from opsynth.errors import OpsynthError, UsageError
 
 NUMERIC_VALUE_OPTIONS = frozenset({"--runtime-window-ms", "--seed", "--num-samples", "--timeout-s", "--workers",
                                    "--similarity-threshold", "--jaccard-threshold", "--sample", "--n"})  # fmt: skip
@@ -61,8 +61,8 @@ class _Version(argparse.Action):
         import apache_beam
         import torch
 
-        from operator_catalog import catalog_version
-        from pipeline.config import VERSION
+        from opsynth.config import VERSION
+        from opsynth.operator_catalog import catalog_version
 
         print(f"opsynth {VERSION} (catalog {catalog_version()}; torch {torch.__version__}; apache-beam "
               f"{apache_beam.__version__}; Python {platform.python_version()})")  # fmt: skip
@@ -303,7 +303,7 @@ def _positive(name: str, value, kind=int):
 def _execution_settings(args, remote: bool = False, plan: bool = False) -> dict:
     """The execution options; `remote` when a distributed runner's workers, not this machine, run the tasks;
     `plan` when nothing runs, so a device named need not be here."""
-    from pipeline.options import check_workload, parse_window
+    from opsynth.options import check_workload, parse_window
 
     if plan and args.device in ("cuda", "cpu"):
         device = args.device
@@ -364,7 +364,7 @@ def _default_workers(device: str, compile_check: bool) -> int:
 
 def _load_kernelbench(spec: str):
     """The KernelBench reference, loaded before any work; one that cannot be read is a usage error."""
-    from filters.decontamination import ReferenceError_, load_reference
+    from opsynth.filters.decontamination import ReferenceError_, load_reference
 
     try:
         return load_reference(spec)
@@ -397,15 +397,15 @@ def _default_batch_size(workers: int, beam_args: list[str]) -> int:
     """A whole round where the pipelines run in this process (one worker pool: a batch's end would leave its
     workers idle until the batch's last task is done); else BATCH_PER_WORKER per execution worker, so a round
     spreads over the runner's workers."""
-    from pipeline.config import BATCH_PER_WORKER, IN_PROCESS_BATCH
-    from pipeline.run import runs_in_this_process
+    from opsynth.config import BATCH_PER_WORKER, IN_PROCESS_BATCH
+    from opsynth.pipeline.run import runs_in_this_process
 
     return IN_PROCESS_BATCH if runs_in_this_process(beam_args) else BATCH_PER_WORKER * workers
 
 
 def cmd_generate(args, extra: list[str]) -> int:
-    from pipeline.options import GenerateOptions, check_preset, parse_mixture
-    from pipeline.run import generate
+    from opsynth.options import GenerateOptions, check_preset, parse_mixture
+    from opsynth.pipeline.run import generate
 
     unknown = _unknown_beam_args(extra)
     if unknown:
@@ -436,7 +436,7 @@ def cmd_generate(args, extra: list[str]) -> int:
         **settings,
     )
     if args.plan:
-        from pipeline.plan import plan, refuse_short, report
+        from opsynth.pipeline.plan import plan, refuse_short, report
 
         plans = plan(options)
         print(report(plans, options))
@@ -447,8 +447,7 @@ def cmd_generate(args, extra: list[str]) -> int:
 
 
 def cmd_validate(args) -> int:
-    from pipeline.run import execution_config
-    from pipeline.validate import (
+    from opsynth.commands.validate import (
         compare_recorded,
         read_tasks,
         recorded_eager_ms,
@@ -457,6 +456,7 @@ def cmd_validate(args) -> int:
         validate_tasks,
         write_report,
     )
+    from opsynth.pipeline.run import execution_config
 
     tasks = read_tasks(args.input)
     if args.sample is not None:
@@ -480,7 +480,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_similarity(args) -> int:
-    from pipeline.similarity import similarity_report
+    from opsynth.commands.similarity import similarity_report
 
     settings = _decontamination_settings(args)
     index = _load_kernelbench(settings["kernelbench"])
@@ -490,7 +490,7 @@ def cmd_similarity(args) -> int:
     if args.report:
         from pathlib import Path
 
-        from outputs.shards import write_text_atomic
+        from opsynth.outputs.shards import write_text_atomic
 
         write_text_atomic(Path(args.report), "".join(json.dumps(line) + "\n" for line in lines))
     for line in lines:
@@ -501,10 +501,10 @@ def cmd_similarity(args) -> int:
 
 def cmd_bench(args) -> int:
     if args.stage == "faults":
-        from bench.faults import run_faults
+        from opsynth.bench.faults import run_faults
 
         return _write_bench(run_faults(_positive("--n", args.n) or FAULT_TRIALS), args.out)
-    from bench.harness import run_bench
+    from opsynth.bench.harness import run_bench
 
     if args.stage == "gpu":
         import torch
@@ -525,7 +525,7 @@ def _write_bench(result: dict, out: str | None) -> int:
     if out:
         from pathlib import Path
 
-        from outputs.shards import write_text_atomic
+        from opsynth.outputs.shards import write_text_atomic
 
         write_text_atomic(Path(out), text + "\n")
     print(text)
@@ -533,11 +533,11 @@ def _write_bench(result: dict, out: str | None) -> int:
 
 
 def cmd_catalog(args) -> int:
-    from operator_catalog import all_entries
+    from opsynth.operator_catalog import all_entries
 
     entries = all_entries()
     if args.action == "check":
-        from operator_catalog.check import check_entry
+        from opsynth.commands.catalog_check import check_entry
 
         failures = 0
         for entry in entries:
@@ -580,9 +580,9 @@ def cmd_catalog(args) -> int:
 def _execute_catalog(entries, device: str, compile_check: bool) -> int:
     """Run every entry's task through the execution filters (tiny on the CPU, gpu on CUDA); the number that
     fail. In this process, one task at a time: a task that crashes the process stops the check."""
-    from operator_catalog.check import execute_entry
-    from pipeline.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TARGET, CALIBRATION_TRIES
-    from pipeline.run import execution_config
+    from opsynth.commands.catalog_check import execute_entry
+    from opsynth.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TARGET, CALIBRATION_TRIES
+    from opsynth.pipeline.run import execution_config
 
     workload = WORKLOADS["gpu" if device == "cuda" else "tiny"]
     config = execution_config(device, workload.runtime_window_ms, workload.timeout_s, compile_check, 1)
@@ -606,7 +606,7 @@ def _execute_catalog(entries, device: str, compile_check: bool) -> int:
 def cmd_compare(args) -> int:
     from pathlib import Path
 
-    from outputs.compare import compare
+    from opsynth.commands.compare import compare
 
     folder = Path(args.folder)
     if not (folder / "data").is_dir() or not list((folder / "data").glob("*.parquet")):
@@ -625,17 +625,14 @@ def cmd_compare(args) -> int:
 
 
 def cmd_reference(args) -> int:
-    import importlib.resources
     from pathlib import Path
 
-    from filters.decontamination import EMBEDDED_INDEX
+    from opsynth.filters.decontamination import embedded_index_path
 
     if args.kernelbench == "embedded":
         raise UsageError("--kernelbench: give the KernelBench Parquet file or folder (or hub) to fingerprint")
     index = _load_kernelbench(args.kernelbench)
-    output = (
-        Path(args.output) if args.output else Path(str(importlib.resources.files("filters") / "data" / EMBEDDED_INDEX))
-    )
+    output = Path(args.output) if args.output else embedded_index_path()
     tmp = output.with_name(f".tmp-{output.name}")
     index.save(tmp)
     os.replace(tmp, output)
@@ -673,7 +670,7 @@ def run(argv: list[str]) -> int:
     if args.command == "bench":
         return cmd_bench(args)
     if args.command == "publish":
-        from outputs.publish import publish
+        from opsynth.outputs.publish import publish
 
         publish(args.folder, args.repo_id, private=args.private, revision=args.revision, dry_run=args.dry_run)
         return 0

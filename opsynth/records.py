@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from filters.reasons import NOT_NEEDED
+from opsynth.reasons import NOT_NEEDED
 
 DIGEST = "sha256"  # the key of a written record's hash of the rest of it
 
@@ -89,7 +89,7 @@ class Candidate:
 @dataclass(frozen=True)
 class Rejection:
     candidate: Candidate
-    reason: str  # one of filters.reasons.REASONS
+    reason: str  # one of opsynth.reasons.REASONS
     stage: str  # the stage that dropped it
     detail: str = ""
 
@@ -108,5 +108,5 @@ class Rejection:
 
 def executed_candidates(accepted: list[Candidate], rejected: list[Rejection]) -> list[Candidate]:
     """The candidates of a round that its execution stage ran: those it accepted and those it rejected (but
-    not those it did not need, `filters.reasons.NOT_NEEDED`)."""
+    not those it did not need, `opsynth.reasons.NOT_NEEDED`)."""
     return [*accepted, *(x.candidate for x in rejected if x.stage == "execute" and x.reason != NOT_NEEDED)]

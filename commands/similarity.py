@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from filters.decontamination import TOO_DEEP, KernelBenchIndex, near_duplicate_reason, similarity
-from pipeline.validate import read_tasks
+from opsynth.commands.validate import read_tasks
+from opsynth.filters.decontamination import TOO_DEEP, KernelBenchIndex, near_duplicate_reason, similarity
 
 
 def similarity_report(

@@ -1,0 +1,1 @@
+"""The commands: the `opsynth` command line and what only it runs (validate, similarity, compare, catalog check)."""

@@ -1,0 +1,20 @@
+"""The size scale of generated tasks, a plain record that the options, the constants and the catalog share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Size scale of generated tasks: tiny for CPU and CI, gpu for the paper's shapes."""
+
+    name: str
+    batch_sizes: tuple[int, ...]  # batch dimension choices
+    channels: tuple[int, ...]  # channel / feature-group choices
+    features: tuple[int, ...]  # last-dimension sizes of rank-2 and rank-3 inputs
+    spatial: dict[int, tuple[int, ...]]  # per input rank, spatial extent choices (rank 3: length, 4: H=W, 5: D)
+    max_elements: int  # no tensor of a chain may hold more elements than this
+    runtime_window_ms: tuple[float, float]  # eager time window of the runtime filter
+    timeout_s: float  # per-candidate wall-clock limit of the execution worker
+    min_largest_dim: int = 0  # calibration never shrinks an input below this largest dimension
