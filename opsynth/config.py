@@ -61,6 +61,11 @@ VERIFY_ATOL = 1e-2
 VERIFY_RTOL = 1e-2
 NUM_DRAWS = 5
 
+# CUDA: each Triton configuration inductor autotunes is benchmarked this long, after this many L2 flushes
+# (inductor's defaults: 25 ms after 100); see opsynth.filters.autotuning.
+AUTOTUNE_BENCHMARK_MS = 5
+AUTOTUNE_CACHE_FLUSHES = 10
+
 # Shape calibration: re-measures of a candidate outside the runtime window, with its batch rescaled toward
 # a point CALIBRATION_TARGET of the way into the window in log terms (1-100 ms: 3.2 ms), at most
 # CALIBRATION_MAX_FACTOR per step. A quarter of the way, not the middle: far enough from the low edge that timing

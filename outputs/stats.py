@@ -33,13 +33,18 @@ def _versions(generator_version: str) -> dict:
 
 
 def spread(values: list[float]) -> str:
-    """A sample in a few words: its median, quartiles and range (3 significant digits)."""
+    """A sample in a few words: its median, quartiles, 5th and 95th percentiles (from 20 values) and range
+    (3 significant digits)."""
     if not values:
         return "n/a"
     if len(values) < 4:
         return f"median {statistics.median(values):.3g}"
     q1, q2, q3 = statistics.quantiles(values, n=4)
-    return f"median {q2:.3g} (quartiles {q1:.3g} - {q3:.3g}; {min(values):.3g} - {max(values):.3g})"
+    tails = ""
+    if len(values) >= 20:
+        twentieths = statistics.quantiles(values, n=20)
+        tails = f"; 5th-95th percentile {twentieths[0]:.3g} - {twentieths[-1]:.3g}"
+    return f"median {q2:.3g} (quartiles {q1:.3g} - {q3:.3g}{tails}; {min(values):.3g} - {max(values):.3g})"
 
 
 def gpu_busy(sessions: list[dict]) -> dict | None:

@@ -1,5 +1,5 @@
 from opsynth.filters.gpu_busy import GpuBusyMonitor
-from opsynth.outputs.stats import gpu_busy
+from opsynth.outputs.stats import gpu_busy, spread
 
 
 def test_gpu_busy_is_weighted_by_each_sessions_span_of_execution():
@@ -26,3 +26,10 @@ def test_without_a_gpu_the_monitor_says_why_and_samples_nothing():
     with GpuBusyMonitor(period_s=0.01) as monitor:
         pass
     assert monitor.unavailable and monitor.samples == []
+
+
+def test_a_spread_of_twenty_values_or_more_names_its_5th_and_95th_percentiles():
+    assert spread([1.0, 2.0, 3.0]) == "median 2"
+    assert "percentile" not in spread([float(v) for v in range(1, 20)])
+    text = spread([float(v) for v in range(1, 101)])
+    assert text.startswith("median 50.5 (quartiles 25.2 - 75.8; 5th-95th percentile 5.05 - 96; 1 - 100)")

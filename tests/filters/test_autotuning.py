@@ -1,0 +1,28 @@
+from torch._inductor.runtime.benchmarking import InductorBenchmarker
+
+from opsynth.filters.autotuning import bound_autotuning
+
+
+def test_each_configuration_gets_the_bounded_budget_unless_the_caller_names_one(monkeypatch):
+    calls = []
+
+    def benchmark_gpu(self, _callable, estimation_iters=5, memory_warmup_iters=100, max_benchmark_duration=25, **kw):
+        calls.append((memory_warmup_iters, max_benchmark_duration))
+        return 1.0
+
+    monkeypatch.setattr(InductorBenchmarker, "benchmark_gpu", benchmark_gpu)
+    assert bound_autotuning(5, 10)
+    assert bound_autotuning(5, 10), "a second call leaves the first bound as it is"
+    benchmarker = InductorBenchmarker()
+    assert benchmarker.benchmark_gpu(lambda: None) == 1.0
+    benchmarker.benchmark_gpu(lambda: None, max_benchmark_duration=40)
+    assert calls == [(10, 5), (10, 40)]
+
+
+def test_a_benchmarker_without_those_settings_is_left_alone(monkeypatch):
+    def benchmark_gpu(self, _callable, **kwargs):
+        return 1.0
+
+    monkeypatch.setattr(InductorBenchmarker, "benchmark_gpu", benchmark_gpu)
+    assert not bound_autotuning(5, 10)
+    assert InductorBenchmarker.benchmark_gpu is benchmark_gpu
