@@ -1,1 +1,1 @@
-"""The commands: the `opsynth` command line and what only it runs (validate, similarity, compare, catalog check)."""
+"""The commands: the `opsynth` command line (cli.py), one module per command, and what only they run."""

@@ -2,16 +2,56 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+import sys
 
-from opsynth.commands.validate import read_tasks
-from opsynth.filters.decontamination import TOO_DEEP, KernelBenchIndex, near_duplicate_reason, similarity
+from opsynth.commands.arguments import (
+    add_decontamination_args,
+    add_task_input_args,
+    decontamination_settings,
+    load_kernelbench,
+)
+
+
+def register(sub) -> None:
+    sim = sub.add_parser(
+        "similarity",
+        help="KernelBench similarity of tasks: the paper's AST score, the normalized one, MinHash Jaccard",
+        epilog="examples:\n  opsynth similarity task.py\n  opsynth similarity train.parquet --report sims.jsonl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_task_input_args(sim)
+    add_decontamination_args(sim)
+    sim.set_defaults(run=run)
+
+
+def run(args) -> int:
+    settings = decontamination_settings(args)
+    index = load_kernelbench(settings["kernelbench"])
+    lines, summary = similarity_report(
+        args.input, index, settings["similarity_threshold"], settings["jaccard_threshold"]
+    )
+    if args.report:
+        from pathlib import Path
+
+        from opsynth.outputs.shards import write_text_atomic
+
+        write_text_atomic(Path(args.report), "".join(json.dumps(line) + "\n" for line in lines))
+    for line in lines:
+        print(json.dumps(line))
+    print(summary, file=sys.stderr)
+    return 0
 
 
 def similarity_report(
-    input_path: str, index: KernelBenchIndex, similarity_threshold: float, jaccard_threshold: float
+    input_path: str, index, similarity_threshold: float, jaccard_threshold: float
 ) -> tuple[list[dict], str]:
     """(one record per task, a one-line summary)."""
+    from opsynth.commands.validation import read_tasks
+    from opsynth.filters.decontamination import TOO_DEEP, near_duplicate_reason, similarity
+
     tasks = read_tasks(input_path)
     key = "row" if input_path.endswith(".parquet") else "task"
     lines = []

@@ -1,6 +1,8 @@
 """Careless input: exit 2, one line that says how to fix it, no traceback, nothing written."""
 
 import json
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -293,3 +295,20 @@ def test_ctrl_c_inside_a_beam_stage_says_how_to_resume_and_prints_no_traceback(m
     assert not caplog.records, "the stage's traceback is not logged"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert logging.getLogger().isEnabledFor(logging.ERROR), "logging is back for whatever runs next"
+
+
+def test_help_and_usage_errors_import_neither_torch_nor_beam():
+    """The front door answers before the heavy libraries load: `--help` and a mistyped value."""
+    probe = (
+        "import sys\n"
+        "from opsynth.commands.cli import main\n"
+        "assert main(['generate', '--out', 'x', '--num-samples', '0']) == 2\n"
+        "assert main(['validate', 'x.py', '--timeout-s', '-1']) == 2\n"
+        "try:\n"
+        "    main(['generate', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('torch', 'apache_beam', 'transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -233,12 +233,12 @@ def test_a_run_in_this_process_starts_its_two_pools_once(pools_made, tmp_path):
 
 
 def test_a_round_is_one_batch_where_the_pipelines_run_in_this_process():
-    from opsynth.commands.cli import _default_batch_size
+    from opsynth.commands.generate import default_batch_size
     from opsynth.config import MAX_ROUND_CANDIDATES
 
-    assert _default_batch_size(14, []) > MAX_ROUND_CANDIDATES + 100  # a round's plan may pass the cap a little
-    assert _default_batch_size(14, ["--direct_running_mode", "multi_processing"]) == 64 * 14
-    assert _default_batch_size(2, ["--runner", "DataflowRunner"]) == 128
+    assert default_batch_size(14, []) > MAX_ROUND_CANDIDATES + 100  # a round's plan may pass the cap a little
+    assert default_batch_size(14, ["--direct_running_mode", "multi_processing"]) == 64 * 14
+    assert default_batch_size(2, ["--runner", "DataflowRunner"]) == 128
 
 
 def test_cpu_stages_fall_back_to_this_process_when_several_processes_fail(monkeypatch, tmp_path, capsys):

@@ -1,0 +1,107 @@
+"""`opsynth catalog`: list the operator catalog, or check every entry (`catalog check`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from opsynth.commands.arguments import resolve_device
+from opsynth.config import WORKLOADS
+
+
+def register(sub) -> None:
+    cat = sub.add_parser(
+        "catalog",
+        help="list the operator catalog, or `catalog check` it on the meta device",
+        epilog=(
+            "examples:\n  opsynth catalog\n  opsynth catalog --json\n  opsynth catalog check\n"
+            "  opsynth catalog check --execute --no-compile-check"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cat.add_argument("action", nargs="?", choices=("list", "check"), default="list")
+    cat.add_argument("--json", action="store_true", help='print {"entries": [...]} as JSON')
+    cat.add_argument(
+        "--execute",
+        action="store_true",
+        help="check: also run each entry's one-operator tiny task through the execution filters on the CPU",
+    )
+    cat.add_argument("--no-compile-check", action="store_true", help="--execute: skip the torch.compile check")
+    cat.add_argument(
+        "--device",
+        default="cpu",
+        choices=("auto", "cuda", "cpu"),
+        help="--execute: where to run (cpu: tiny tasks; cuda: gpu-workload tasks in its window)",
+    )
+    cat.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from opsynth.operator_catalog import all_entries
+
+    entries = all_entries()
+    if args.action == "check":
+        from opsynth.commands.catalog_check import check_entry
+
+        failures = 0
+        for entry in entries:
+            if entry.excluded:
+                continue
+            for workload in WORKLOADS.values():
+                error = check_entry(entry, workload)
+                if error:
+                    failures += 1
+                    print(f"FAIL {entry.name} [{workload.name}]: {error}")
+        checked = sum(1 for e in entries if not e.excluded)
+        print(f"{checked} entries checked on meta in {len(WORKLOADS)} workloads: {failures} failures")
+        if args.execute:
+            failures += _execute_catalog(entries, resolve_device(args.device), not args.no_compile_check)
+        return 1 if failures else 0
+    if args.json:
+        rows = [
+            {
+                "name": e.name,
+                "kind": e.kind,
+                "family": e.family,
+                "ranks": list(e.ranks),
+                "domain": e.domain,
+                "terminal": e.terminal,
+                "excluded": e.excluded,
+            }
+            for e in entries
+        ]
+        print(json.dumps({"entries": rows}, indent=1))
+        return 0
+    for e in entries:
+        print(
+            f"{e.name:32s} {e.kind:12s} {e.family:14s} ranks {','.join(map(str, e.ranks))}"
+            + (f"  excluded: {e.excluded}" if e.excluded else "")
+        )
+    print(f"{len(entries)} entries")
+    return 0
+
+
+def _execute_catalog(entries, device: str, compile_check: bool) -> int:
+    """Run every entry's task through the execution filters (tiny on the CPU, gpu on CUDA); the number that
+    fail. In this process, one task at a time: a task that crashes the process stops the check."""
+    from opsynth.commands.catalog_check import execute_entry
+    from opsynth.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TARGET, CALIBRATION_TRIES
+    from opsynth.pipeline.run import execution_config
+
+    workload = WORKLOADS["gpu" if device == "cuda" else "tiny"]
+    config = execution_config(device, workload.runtime_window_ms, workload.timeout_s, compile_check, 1)
+    failures = 0
+    for entry in entries:
+        if not entry.excluded:
+            error = execute_entry(
+                entry, workload, config, CALIBRATION_TRIES, CALIBRATION_MAX_FACTOR, target=CALIBRATION_TARGET
+            )
+            if error:
+                failures += 1
+                print(f"FAIL {entry.name} [executed]: {error}")
+    checked = sum(1 for e in entries if not e.excluded)
+    print(
+        f"{checked} entries executed on {device} ({workload.name}, compile check {'on' if compile_check else 'off'}): "
+        f"{failures} failures"
+    )
+    return failures

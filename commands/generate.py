@@ -1,0 +1,141 @@
+"""`opsynth generate`: run the pipeline into a dataset folder, or `--plan` whether a mixture can be met."""
+
+from __future__ import annotations
+
+import argparse
+
+from opsynth.commands.arguments import add_execution_args, execution_settings, load_kernelbench, positive
+from opsynth.config import DEFAULT_PRESET
+from opsynth.errors import UsageError
+
+GENERATE_EXAMPLES = """examples:
+  opsynth generate --out out --num-samples 20 --device cpu --workload tiny
+  opsynth generate --out ops6k --preset ops6k --device cuda
+  opsynth generate --out mix --num-samples 1000 --mixture torch1=10,torch2=60,torch3=30 --seed 7
+  opsynth generate --out out --num-samples 200 --direct_num_workers 2 --direct_running_mode multi_processing
+Options not listed here are passed to Apache Beam (e.g. --runner, --direct_num_workers)."""
+
+
+def register(sub) -> None:
+    gen = sub.add_parser(
+        "generate",
+        help="run the pipeline and write a dataset folder",
+        epilog=GENERATE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    gen.add_argument("--out", help="output folder (new, empty, or an unfinished run to resume); not with --plan")
+    gen.add_argument(
+        "--plan",
+        action="store_true",
+        help="make no dataset: estimate on the CPU whether each data source holds enough distinct tasks for its "
+        "rows, print the estimate, and exit (2 naming a source that falls short)",
+    )
+    gen.add_argument(
+        "--work-dir",
+        help="where rounds and checkpoints go, reachable by every Beam worker (gs://... on Dataflow; "
+        "default DIR/.opsynth)",
+    )
+    gen.add_argument("--num-samples", type=int, help="rows in the dataset (default: the preset's)")
+    gen.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    gen.add_argument(
+        "--preset", default=DEFAULT_PRESET, help=f"recipe: ops6k, ops60k, ops600k (default {DEFAULT_PRESET})"
+    )
+    gen.add_argument(
+        "--mixture",
+        help="rows per data source in percent, e.g. torch1=3.40,torch2=83.77,...,transformers=1.18",
+    )
+    gen.add_argument(
+        "--op-weights",
+        choices=("ops6k", "uniform"),
+        help="how operators are drawn: as often as CUDA-Agent-Ops-6K uses them, or uniformly (default: the preset's)",
+    )
+    gen.add_argument(
+        "--batch-size",
+        type=int,
+        help="candidates handed to the workers at once (default: a whole round with Beam's local runner in this "
+        "process, else 64 per worker; results are checkpointed every 30 s either way)",
+    )
+    gen.add_argument(
+        "--accelerator",
+        help="a distributed runner: the accelerator resource hint of the execution stage alone, in the runner's "
+        "format (Dataflow: 'type:nvidia-l4;count:1;install-nvidia-driver'), so the CPU stages can run on CPU workers",
+    )
+    add_execution_args(gen)
+    gen.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from opsynth.options import GenerateOptions, check_preset, parse_mixture
+
+    if args.out is None and not args.plan:
+        raise UsageError("generate needs --out DIR, the folder the dataset goes to (see `opsynth generate --help`)")
+    preset = check_preset(args.preset)
+    num_samples = positive("--num-samples", args.num_samples) or preset["num_samples"]
+    mixture = parse_mixture(args.mixture) if args.mixture is not None else dict(preset["mixture"])
+    # The checks above need neither Beam nor torch, so a mistyped value is told at once; the rest import them.
+    extra = args.beam_args  # the options generate does not define: Beam's
+    unknown = _unknown_beam_args(extra)
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]} (see `opsynth generate --help`; Beam options pass through)")
+    settings = execution_settings(args, remote=_distributed_runner(extra) is not None, plan=args.plan)
+    load_kernelbench(settings["kernelbench"])  # fail fast: the workers load it from the spec
+    batch_size = positive("--batch-size", args.batch_size) or default_batch_size(settings["workers"], extra)
+    if args.out is not None and "://" in args.out:
+        raise UsageError(
+            f"--out {args.out}: the dataset is written to a local or mounted folder; "
+            "put the workers' files on the object store with --work-dir instead"
+        )
+    options = GenerateOptions(
+        out=args.out or "",
+        work_dir=args.work_dir,
+        num_samples=num_samples,
+        seed=args.seed,
+        preset=args.preset,
+        mixture=mixture,
+        op_weights=args.op_weights or preset["op_weights"],
+        batch_size=batch_size,
+        accelerator=args.accelerator or None,
+        **settings,
+    )
+    if args.plan:
+        from opsynth.pipeline.plan import plan, refuse_short, report
+
+        plans = plan(options)
+        print(report(plans, options))
+        refuse_short(plans)
+        return 0
+    from opsynth.pipeline.run import generate
+
+    result = generate(options, extra)
+    return 0 if result.rows == num_samples else 1
+
+
+def _unknown_beam_args(extra: list[str]) -> list[str]:
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in PipelineOptions.__subclasses__():
+        cls._add_argparse_args(parser)
+    _, unknown = parser.parse_known_args(extra)
+    return unknown
+
+
+LOCAL_RUNNERS = {"directrunner", "direct", "prismrunner", "prism", "interactiverunner"}
+
+
+def _distributed_runner(extra: list[str]) -> str | None:
+    """The --runner among the Beam options when it runs the work on other machines (Dataflow, Flink, Spark)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    runner = PipelineOptions(extra).view_as(StandardOptions).runner
+    return runner if runner and runner.lower() not in LOCAL_RUNNERS else None
+
+
+def default_batch_size(workers: int, beam_args: list[str]) -> int:
+    """A whole round where the pipelines run in this process (one worker pool: a batch's end would leave its
+    workers idle until the batch's last task is done); else BATCH_PER_WORKER per execution worker, so a round
+    spreads over the runner's workers."""
+    from opsynth.config import BATCH_PER_WORKER, IN_PROCESS_BATCH
+    from opsynth.pipeline.run import runs_in_this_process
+
+    return IN_PROCESS_BATCH if runs_in_this_process(beam_args) else BATCH_PER_WORKER * workers

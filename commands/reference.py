@@ -1,0 +1,38 @@
+"""`opsynth reference build`: the KernelBench fingerprint index shipped in the package, made again."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from opsynth.commands.arguments import load_kernelbench
+from opsynth.errors import UsageError
+
+
+def register(sub) -> None:
+    ref = sub.add_parser(
+        "reference",
+        help="build the embedded KernelBench fingerprint index",
+        epilog="example:\n  opsynth reference build --kernelbench KernelBench/kernelbench.parquet",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ref.add_argument("action", choices=("build",))
+    ref.add_argument("--kernelbench", required=True, metavar="PATH|hub", help="KernelBench tasks to fingerprint")
+    ref.add_argument("--output", help="where to write the index (default: the one shipped in the package)")
+    ref.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from opsynth.filters.decontamination import embedded_index_path
+
+    if args.kernelbench == "embedded":
+        raise UsageError("--kernelbench: give the KernelBench Parquet file or folder (or hub) to fingerprint")
+    index = load_kernelbench(args.kernelbench)
+    output = Path(args.output) if args.output else embedded_index_path()
+    tmp = output.with_name(f".tmp-{output.name}")
+    index.save(tmp)
+    os.replace(tmp, output)
+    print(f"wrote fingerprints of {len(index.names)} KernelBench tasks to {output}")
+    return 0
