@@ -27,14 +27,13 @@ from opsynth.config import (
 from opsynth.filters.ast_similarity import best_match, brute_force, profile
 from opsynth.filters.calibration import run_calibrated
 from opsynth.filters.decontamination import fingerprint, load_reference, similarity
-from opsynth.filters.execution import PHASES, device_name
+from opsynth.filters.execution import PHASES, device_name, execution_config
 from opsynth.filters.gpu_busy import GpuBusyMonitor
 from opsynth.filters.shape_check import check_shapes
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.codegen import render
 from opsynth.operator_catalog.compose import compose
 from opsynth.pipeline.candidates import make_candidate, rescale_candidate
-from opsynth.pipeline.run import execution_config
 from opsynth.records import CandidateSpec, candidate_seed
 
 TARGETS = {"cpu": 200.0, "decontam": 100.0, "execute": 10.0, "gpu_busy": 0.5}

@@ -86,7 +86,7 @@ def _execute_catalog(entries, device: str, compile_check: bool) -> int:
     fail. In this process, one task at a time: a task that crashes the process stops the check."""
     from opsynth.commands.catalog_check import execute_entry
     from opsynth.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TARGET, CALIBRATION_TRIES
-    from opsynth.pipeline.run import execution_config
+    from opsynth.filters.execution import execution_config
 
     workload = WORKLOADS["gpu" if device == "cuda" else "tiny"]
     config = execution_config(device, workload.runtime_window_ms, workload.timeout_s, compile_check, 1)

@@ -136,6 +136,6 @@ def default_batch_size(workers: int, beam_args: list[str]) -> int:
     workers idle until the batch's last task is done); else BATCH_PER_WORKER per execution worker, so a round
     spreads over the runner's workers."""
     from opsynth.config import BATCH_PER_WORKER, IN_PROCESS_BATCH
-    from opsynth.pipeline.run import runs_in_this_process
+    from opsynth.pipeline.round_pipelines import runs_in_this_process
 
     return IN_PROCESS_BATCH if runs_in_this_process(beam_args) else BATCH_PER_WORKER * workers

@@ -41,7 +41,7 @@ def run(args) -> int:
         validate_tasks,
         write_report,
     )
-    from opsynth.pipeline.run import execution_config
+    from opsynth.filters.execution import execution_config
 
     tasks = read_tasks(args.input)
     if args.sample is not None:

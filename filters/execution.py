@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch._dynamo
 
+from opsynth.config import TIMING
 from opsynth.filters.task_loading import TaskLoadError, load_task
 from opsynth.reasons import (
     COMPILE_ERROR,
@@ -89,6 +90,28 @@ class ExecutionConfig:
     memory_fraction: float = 0.9  # share of the GPU's memory all workers of one GPU may use together
     shared_checks: bool = True  # CUDA: the checks of a few tasks may share a GPU (timings never do)
     workers: int = 1  # worker processes in the pool
+
+
+def execution_config(
+    device: str,
+    runtime_window_ms: tuple[float, float],
+    timeout_s: float,
+    compile_check: bool,
+    workers: int,
+    shared_checks: bool = True,
+) -> ExecutionConfig:
+    """The execution settings, with the device's warm-up and timed iterations (`generate`, `validate`, `bench`)."""
+    warmup, iters = TIMING[device]
+    return ExecutionConfig(
+        device=device,
+        runtime_window_ms=runtime_window_ms,
+        timeout_s=timeout_s,
+        compile_check=compile_check,
+        warmup=warmup,
+        iters=iters,
+        workers=workers,
+        shared_checks=shared_checks,
+    )
 
 
 class CheckFailed(Exception):

@@ -46,24 +46,24 @@ def test_malformed_windows_are_usage_errors(text):
 def test_rounds_are_planned_from_the_last_rounds_yield():
     from collections import Counter
 
-    from opsynth.pipeline.run import _plan_round
+    from opsynth.pipeline.planning import plan_round
 
     missing = {"torch#1": 20}
     # The run so far: 200 made for 80 rows (40 %), but the last round: 100 made for 10 rows (10 %).
-    plan = _plan_round(missing, Counter({"torch#1": 200}), {"torch#1": (100, 10)})
+    plan = plan_round(missing, Counter({"torch#1": 200}), {"torch#1": (100, 10)})
     assert plan == {"torch#1": 230}  # 20 missing / 10 % x 1.15
-    assert _plan_round(missing, Counter({"torch#1": 200}), {"torch#1": (30, 0)}) == {"torch#1": 60}
-    assert _plan_round({"torch#1": 100}, Counter(), {}) == {"torch#1": 250}
+    assert plan_round(missing, Counter({"torch#1": 200}), {"torch#1": (30, 0)}) == {"torch#1": 60}
+    assert plan_round({"torch#1": 100}, Counter(), {}) == {"torch#1": 250}
 
 
 def test_a_round_never_exceeds_the_candidate_cap():
     from collections import Counter
 
     from opsynth.config import MAX_ROUND_CANDIDATES
-    from opsynth.pipeline.run import _plan_round
+    from opsynth.pipeline.planning import plan_round
 
     # 600,000 rows at a 50 % yield would ask for 1.4 M candidates in one round.
-    plan = _plan_round({"torch#1": 20_400, "torch#2": 502_620}, Counter({"torch#1": 10, "torch#2": 10}),
+    plan = plan_round({"torch#1": 20_400, "torch#2": 502_620}, Counter({"torch#1": 10, "torch#2": 10}),
                        {"torch#1": (10, 5), "torch#2": (10, 5)})  # fmt: skip
     assert sum(plan.values()) <= MAX_ROUND_CANDIDATES
     assert plan["torch#2"] > 20 * plan["torch#1"]  # shares kept
@@ -71,23 +71,23 @@ def test_a_round_never_exceeds_the_candidate_cap():
 
 def test_the_next_round_is_planned_from_what_this_one_should_yield_before_it_executes():
     from opsynth.config import MAX_ROUND_CANDIDATES
-    from opsynth.pipeline.run import _speculative_plan
+    from opsynth.pipeline.planning import speculative_plan
 
     # A 600-row run's pilot: 400 torch#2 candidates for 503 rows, at the pilot's 40 % no more than 160; 115
     # torch#3 candidates for its 46 rows should do.
-    ahead = _speculative_plan({"torch#2": 503, "torch#3": 46}, {"torch#2": 400, "torch#3": 115}, {})
+    ahead = speculative_plan({"torch#2": 503, "torch#3": 46}, {"torch#2": 400, "torch#3": 115}, {})
     assert ahead == {"torch#2": 987}  # (503 - 400 x 40 %) / 40 % x 1.15
     # After a round of 400 that gave 320 rows (80 %): 252 candidates for 183 rows are expected to do.
-    assert _speculative_plan({"torch#2": 183}, {"torch#2": 252}, {"torch#2": (400, 320)}) == {}
-    assert _speculative_plan({"torch#2": 183}, {"torch#2": 100}, {"torch#2": (400, 320)}) == {"torch#2": 149}
-    assert _speculative_plan({"torch#1": 20}, {"torch#1": 60}, {"torch#1": (60, 0)}) == {}, "its yield unknown"
-    assert sum(_speculative_plan({"torch#2": 50_000}, {"torch#2": 400}, {}).values()) <= MAX_ROUND_CANDIDATES
+    assert speculative_plan({"torch#2": 183}, {"torch#2": 252}, {"torch#2": (400, 320)}) == {}
+    assert speculative_plan({"torch#2": 183}, {"torch#2": 100}, {"torch#2": (400, 320)}) == {"torch#2": 149}
+    assert speculative_plan({"torch#1": 20}, {"torch#1": 60}, {"torch#1": (60, 0)}) == {}, "its yield unknown"
+    assert sum(speculative_plan({"torch#2": 50_000}, {"torch#2": 400}, {}).values()) <= MAX_ROUND_CANDIDATES
 
 
 def test_an_exhausted_data_source_hands_its_missing_rows_to_the_largest_one():
     from collections import Counter
 
-    from opsynth.pipeline.run import _exhausted
+    from opsynth.pipeline.planning import exhausted_sources
     from opsynth.pipeline.selection import Selector
 
     selector = Selector({"torch#1": 200, "torch#2": 5000, "torch#3": 450})
@@ -96,9 +96,9 @@ def test_an_exhausted_data_source_hands_its_missing_rows_to_the_largest_one():
     plan = {"torch#1": 2971, "torch#2": 1109, "torch#3": 15}
     gained = Counter({"torch#1": 13, "torch#2": 314})
     # torch#3 made no row, but from too few candidates to judge it; torch#2 yields 28 %.
-    assert _exhausted(plan, gained, selector.missing()) == ["torch#1"]
-    assert _exhausted({"torch#1": 1000}, Counter({"torch#1": 10}), selector.missing()) == []  # 1 % still yields
-    assert _exhausted(plan, gained, {"torch#2": 5}) == []  # a source with its rows is never exhausted
+    assert exhausted_sources(plan, gained, selector.missing()) == ["torch#1"]
+    assert exhausted_sources({"torch#1": 1000}, Counter({"torch#1": 10}), selector.missing()) == []  # 1 % still yields
+    assert exhausted_sources(plan, gained, {"torch#2": 5}) == []  # a source with its rows is never exhausted
     assert selector.retire("torch#1", set()) == ("torch#2", 80)
     assert selector.missing() == {"torch#2": 1280, "torch#3": 50}
     assert sum(selector.quota.values()) == 5650  # the set keeps its size

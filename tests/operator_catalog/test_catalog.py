@@ -5,10 +5,10 @@ import torch
 
 from opsynth.commands.catalog_check import check_entry, execute_entry
 from opsynth.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES, WORKLOADS
+from opsynth.filters.execution import execution_config
 from opsynth.operator_catalog import OpEntry, all_entries, get
 from opsynth.operator_catalog.activations import _plain
 from opsynth.operator_catalog.registry import UnknownOperator
-from opsynth.pipeline.run import execution_config
 
 ENTRIES = [e for e in all_entries() if e.excluded is None]
 REQUIRED_FAMILIES = {

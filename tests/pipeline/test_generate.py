@@ -198,22 +198,22 @@ def test_compare_gives_a_resumed_runs_wall_time_over_its_processes(generated, tm
 
 
 def test_a_large_rounds_cpu_stages_use_several_processes_unless_the_user_chose(monkeypatch):
-    import opsynth.pipeline.run
-    from opsynth.pipeline.run import _prepare_args
+    import opsynth.pipeline.round_pipelines
+    from opsynth.pipeline.round_pipelines import prepare_args
 
-    monkeypatch.setattr(opsynth.pipeline.run.os, "cpu_count", lambda: 16)
-    assert _prepare_args([], 4096) == ["--direct_num_workers", "8", "--direct_running_mode", "multi_processing",
+    monkeypatch.setattr(opsynth.pipeline.round_pipelines.os, "cpu_count", lambda: 16)
+    assert prepare_args([], 4096) == ["--direct_num_workers", "8", "--direct_running_mode", "multi_processing",
                                        "--default_sdk_harness_log_level", "WARNING"]  # fmt: skip
-    assert _prepare_args([], 500) == []  # a small round: starting processes costs more than it saves
+    assert prepare_args([], 500) == []  # a small round: starting processes costs more than it saves
     chosen = ["--direct_num_workers", "2"]
-    assert _prepare_args(chosen, 4096) == chosen
-    assert _prepare_args(["--runner", "DataflowRunner"], 4096) == ["--runner", "DataflowRunner"]
-    monkeypatch.setattr(opsynth.pipeline.run.os, "cpu_count", lambda: 2)
-    assert _prepare_args([], 4096) == []
+    assert prepare_args(chosen, 4096) == chosen
+    assert prepare_args(["--runner", "DataflowRunner"], 4096) == ["--runner", "DataflowRunner"]
+    monkeypatch.setattr(opsynth.pipeline.round_pipelines.os, "cpu_count", lambda: 2)
+    assert prepare_args([], 4096) == []
 
 
 def test_workers_start_early_only_where_the_pipelines_run_in_this_process():
-    from opsynth.pipeline.run import runs_in_this_process
+    from opsynth.pipeline.round_pipelines import runs_in_this_process
 
     assert runs_in_this_process([])
     assert runs_in_this_process(["--direct_running_mode", "multi_threading", "--direct_num_workers", "2"])
@@ -242,9 +242,11 @@ def test_a_round_is_one_batch_where_the_pipelines_run_in_this_process():
 
 
 def test_cpu_stages_fall_back_to_this_process_when_several_processes_fail(monkeypatch, tmp_path, capsys):
-    import opsynth.pipeline.run
+    import opsynth.pipeline.round_pipelines
 
-    monkeypatch.setattr(opsynth.pipeline.run, "_prepare_args", lambda args, n: [*args, "--runner", "NoSuchRunner"])
+    monkeypatch.setattr(
+        opsynth.pipeline.round_pipelines, "prepare_args", lambda args, n: [*args, "--runner", "NoSuchRunner"]
+    )
     argv = ["generate", "--out", str(tmp_path / "o"), "--num-samples", "4", "--seed", "2", *TINY, "--no-compile-check"]
     assert main(argv) == 0
     assert "the CPU stages on several processes failed" in capsys.readouterr().out
@@ -256,14 +258,15 @@ def test_the_next_rounds_cpu_stages_run_beside_this_ones_execution_and_make_the_
 ):
     """A pilot of 4 candidates for 12 rows: round 1 is planned and prepared while round 0 executes. A run that
     prepares it only once round 0 is done (as a resumed one may) makes the same dataset."""
-    import opsynth.pipeline.run
+    import opsynth.pipeline.planning
+    import opsynth.pipeline.round_pipelines
 
-    monkeypatch.setattr(opsynth.pipeline.run, "PILOT_CANDIDATES", 4)
+    monkeypatch.setattr(opsynth.pipeline.planning, "PILOT_CANDIDATES", 4)
     argv = ["--num-samples", "12", "--mixture", "torch2=100", "--seed", "5", *TINY, "--no-compile-check",
             "--runtime-window-ms", "0,10000"]  # fmt: skip
     assert main(["generate", "--out", str(tmp_path / "beside"), *argv]) == 0
     assert "round 1: 30 candidates, prepared beside the round before" in capsys.readouterr().out
-    monkeypatch.setattr(opsynth.pipeline.run._Beside, "start", lambda self, prepare, log: None)
+    monkeypatch.setattr(opsynth.pipeline.round_pipelines.Beside, "start", lambda self, prepare, log: None)
     assert main(["generate", "--out", str(tmp_path / "after"), *argv]) == 0
     assert "prepared beside" not in capsys.readouterr().out
     beside, after = (load_dataset(str(tmp_path / d), split="train")["id"] for d in ("beside", "after"))
@@ -275,14 +278,14 @@ def test_the_next_rounds_cpu_stages_run_beside_this_ones_execution_and_make_the_
 
 
 def test_an_exhausted_source_is_retired_and_the_set_keeps_its_size(tmp_path, monkeypatch, kernelbench_parquet):
-    import opsynth.pipeline.run
+    import opsynth.pipeline.planning
 
     # Pilots of half the missing rows leave both sources short after round 0, and a yield floor above 100 %
     # retires every short source that made a candidate: torch#1 first, its rows going to torch#2, which has no
     # heir left and so is filled by later rounds.
-    monkeypatch.setattr(opsynth.pipeline.run, "INITIAL_OVERSAMPLING", 0.5)
-    monkeypatch.setattr(opsynth.pipeline.run, "EXHAUSTION_YIELD", 1.01)
-    monkeypatch.setattr(opsynth.pipeline.run, "EXHAUSTION_MIN_CANDIDATES", 1)
+    monkeypatch.setattr(opsynth.pipeline.planning, "INITIAL_OVERSAMPLING", 0.5)
+    monkeypatch.setattr(opsynth.pipeline.planning, "EXHAUSTION_YIELD", 1.01)
+    monkeypatch.setattr(opsynth.pipeline.planning, "EXHAUSTION_MIN_CANDIDATES", 1)
     out = tmp_path / "out"
     argv = ["generate", "--out", str(out), "--num-samples", "12", "--mixture", "torch1=50,torch2=50", "--seed", "4",
             "--no-compile-check", *TINY, "--kernelbench", str(kernelbench_parquet)]  # fmt: skip

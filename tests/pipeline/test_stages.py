@@ -198,9 +198,10 @@ HINT = "type:nvidia-l4;count:1;install-nvidia-driver"
 def _built_pipelines() -> tuple[beam.Pipeline, beam.Pipeline]:
     """A round's two pipelines (its CPU stages, its execution), built but not run."""
     from opsynth.config import OPS6K_MIXTURE
+    from opsynth.filters.execution import execution_config
     from opsynth.options import GenerateOptions
     from opsynth.pipeline.graph import build_execute, build_prepare
-    from opsynth.pipeline.run import execution_config, shape_check_config
+    from opsynth.pipeline.round_pipelines import shape_check_config
 
     options = GenerateOptions(
         out="o", num_samples=20, seed=1, preset="ops6k", mixture=OPS6K_MIXTURE, op_weights="ops6k", device="cpu",
