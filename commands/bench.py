@@ -69,7 +69,7 @@ def _write_bench(result: dict, out: str | None) -> int:
     if out:
         from pathlib import Path
 
-        from opsynth.outputs.shards import write_text_atomic
+        from opsynth.atomic import write_text_atomic
 
         write_text_atomic(Path(out), text + "\n")
     print(text)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from opsynth.atomic import write_text_atomic
 from opsynth.config import AST_SIMILARITY_THRESHOLD, OPS6K_MIXTURE
 from opsynth.operator_catalog.faithfulness import ops_faithful, ops_mentioned
 from opsynth.operator_catalog.registry import all_entries
 from opsynth.operator_catalog.weights import OPS6K_COUNTS
 from opsynth.outputs.figures import axes, log_bins, save
-from opsynth.outputs.shards import write_text_atomic
 from opsynth.outputs.stats import STAGES, spread
 
 # Measured on the released set's 6,000 rows: distinct ordered `ops` lists over rows.

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 
+from opsynth.atomic import replacing
 from opsynth.commands.arguments import load_kernelbench
 from opsynth.errors import UsageError
 
@@ -31,8 +31,7 @@ def run(args) -> int:
         raise UsageError("--kernelbench: give the KernelBench Parquet file or folder (or hub) to fingerprint")
     index = load_kernelbench(args.kernelbench)
     output = Path(args.output) if args.output else embedded_index_path()
-    tmp = output.with_name(f".tmp-{output.name}")
-    index.save(tmp)
-    os.replace(tmp, output)
+    with replacing(output) as tmp:
+        index.save(tmp)
     print(f"wrote fingerprints of {len(index.names)} KernelBench tasks to {output}")
     return 0

@@ -36,7 +36,7 @@ def run(args) -> int:
     if args.report:
         from pathlib import Path
 
-        from opsynth.outputs.shards import write_text_atomic
+        from opsynth.atomic import write_text_atomic
 
         write_text_atomic(Path(args.report), "".join(json.dumps(line) + "\n" for line in lines))
     for line in lines:

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from opsynth.atomic import write_text_atomic
 from opsynth.errors import UsageError
 from opsynth.filters.decontamination import KernelBenchIndex, decontaminate
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.worker_process import SHAPES
 from opsynth.filters.workers import Job, WorkerPool
-from opsynth.outputs.shards import write_text_atomic
 from opsynth.outputs.stats import spread
 from opsynth.reasons import KEEP, Verdict
 

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from opsynth.atomic import write_text_atomic
 from opsynth.outputs.figures import FIGURES
 from opsynth.outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA
-from opsynth.outputs.shards import write_text_atomic
 from opsynth.reasons import NOT_NEEDED
 
 LICENSE = "apache-2.0"

@@ -4,13 +4,14 @@ the threshold (the paper's Fig. 7 shows the same distribution). PNGs written ato
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
+from opsynth.atomic import replacing
 
 FIGURES = {
     "ops_per_task": "Rows per data source",
@@ -38,9 +39,8 @@ def log_bins(values: list[float], count: int) -> list[float] | int:
 
 
 def save(fig: Figure, path: Path) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
 
 
 @dataclass

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from opsynth.atomic import TMP_PREFIX
 from opsynth.errors import OpsynthError, UsageError
 
 STATE_DIR = ".opsynth"
@@ -75,7 +76,7 @@ def plan_publish(folder_path: str) -> PublishPlan:
     files = sorted(
         str(p.relative_to(folder))
         for p in folder.rglob("*")
-        if p.is_file() and STATE_DIR not in p.relative_to(folder).parts and not p.name.startswith(".tmp-")
+        if p.is_file() and STATE_DIR not in p.relative_to(folder).parts and not p.name.startswith(TMP_PREFIX)
     )
     cfg = stats["config"]
     message = f"Add {rows} opsynth tasks ({cfg['preset']}, seed {cfg['seed']}, {stats['device']})"

@@ -14,6 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from opsynth.atomic import TMP_PREFIX
+
 MAX_SHARD_BYTES = 500 * 2**20  # per file, uncompressed estimate (compressed files are smaller)
 MAX_ROW_GROUP_BYTES = 100 * 2**20
 
@@ -51,14 +53,14 @@ def write_shards(
     each is written under a temporary name as soon as it is full, and all are renamed into place once their
     total count is known."""
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob(f".tmp-{split}-*.parquet"):  # staged by a write that failed (a full disk, a kill)
+    for stale in folder.glob(f"{TMP_PREFIX}{split}-*.parquet"):  # staged by a write that failed (a full disk, a kill)
         stale.unlink()
     staged: list[Path] = []
     part: list[dict] = []
     size = 0
 
     def flush() -> None:
-        tmp = folder / f".tmp-{split}-{len(staged):05d}.parquet"
+        tmp = folder / f"{TMP_PREFIX}{split}-{len(staged):05d}.parquet"
         _write_part(part, schema, tmp, row_group_rows, max_row_group_bytes)
         staged.append(tmp)
 
@@ -78,10 +80,3 @@ def write_shards(
     for tmp, final in zip(staged, finals, strict=True):
         os.replace(tmp, final)
     return finals
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from apache_beam.utils.shared import Shared
 
+from opsynth.atomic import write_text_atomic
 from opsynth.config import (
     EXHAUSTION_YIELD,
     MAX_IDLE_ROUNDS,
@@ -40,7 +41,7 @@ from opsynth.options import GenerateOptions, quotas
 from opsynth.outputs.card import split_info, write_card
 from opsynth.outputs.figures import FigureData, write_figures
 from opsynth.outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
-from opsynth.outputs.shards import write_shards, write_text_atomic
+from opsynth.outputs.shards import write_shards
 from opsynth.outputs.stats import build_stats
 from opsynth.pipeline import workfiles
 from opsynth.pipeline.planning import exhausted_sources, plan_round, speculative_plan

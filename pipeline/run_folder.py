@@ -12,9 +12,9 @@ import json
 import os
 from pathlib import Path
 
+from opsynth.atomic import write_text_atomic
 from opsynth.errors import UsageError
 from opsynth.options import GenerateOptions
-from opsynth.outputs.shards import write_text_atomic
 
 STATE_DIR = ".opsynth"
 CONFIG_FILE = "config.json"

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
+from opsynth.atomic import TMP_PREFIX
+
 join = FileSystems.join
 
 
@@ -30,9 +32,6 @@ def delete(path: str) -> None:
     """Remove a file or a folder and everything under it, if present."""
     if FileSystems.exists(path):
         FileSystems.delete([path])
-
-
-TMP_PREFIX = ".tmp-"  # a file being written; never state (a full disk or a kill may leave one behind)
 
 
 def write_text(path: str, text: str) -> None:

@@ -88,9 +88,9 @@ def test_card_front_matter_is_hub_yaml():
 def test_two_folders_of_the_same_name_do_not_share_a_datasets_cache(tmp_path):
     from datasets import load_dataset
 
+    from opsynth.atomic import write_text_atomic
     from opsynth.outputs.card import split_info
     from opsynth.outputs.schema import REJECTED_SCHEMA
-    from opsynth.outputs.shards import write_text_atomic
 
     stats = {
         "config": {"preset": "ops6k", "seed": 1, "workload": "tiny", "runtime_window_ms": [0.1, 5.0],
