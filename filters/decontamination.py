@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from datasketch import MinHash
 
 from opsynth.config import (
     AST_SIMILARITY_THRESHOLD,
@@ -29,6 +28,7 @@ from opsynth.config import (
     MINHASH_SHINGLE,
 )
 from opsynth.filters.ast_similarity import Profile, SkeletonTable, best_match, profile
+from opsynth.filters.minhash import token_minhash
 from opsynth.filters.normalize import canonical_tree, code_tokens
 from opsynth.filters.task_loading import model_class_node
 from opsynth.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE, LOAD_ERROR, Verdict
@@ -58,11 +58,7 @@ def model_class_tree(source: str) -> ast.AST | None:
 def minhash_signature(canonical: ast.AST | None) -> np.ndarray:
     """MinHash of token 3-grams of a canonicalized tree."""
     tokens = code_tokens(ast.unparse(canonical)) if canonical is not None else []
-    k = MINHASH_SHINGLE
-    shingles = {" ".join(tokens[i : i + k]).encode() for i in range(max(1, len(tokens) - k + 1))}
-    mh = MinHash(num_perm=MINHASH_PERMUTATIONS, seed=MINHASH_SEED)
-    mh.update_batch(sorted(shingles))
-    return mh.hashvalues.astype(np.uint64)
+    return token_minhash(tokens, MINHASH_SEED).hashvalues.astype(np.uint64)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from typing import TypeVar
 import networkx as nx
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 
+from opsynth.config import DEDUP_MINHASH_SEED, MINHASH_PERMUTATIONS
+from opsynth.filters.minhash import token_minhash
 from opsynth.filters.normalize import code_tokens, content_hash, normalize_code
 
 T = TypeVar("T")
-SHINGLE = 3
-PERMUTATIONS = 128
 
 
 def dedup_key(source: str) -> str:
@@ -36,11 +36,7 @@ def split_group(members: Iterable[T], order_key, already_seen: bool) -> tuple[T 
 
 
 def program_minhash(source: str) -> MinHash:
-    tokens = code_tokens(normalize_code(source))
-    shingles = {" ".join(tokens[i : i + SHINGLE]).encode() for i in range(max(1, len(tokens) - SHINGLE + 1))}
-    mh = MinHash(num_perm=PERMUTATIONS, seed=7)
-    mh.update_batch(sorted(shingles))
-    return mh
+    return token_minhash(code_tokens(normalize_code(source)), DEDUP_MINHASH_SEED)
 
 
 def op_graph_hash(ops: Iterable[str]) -> str:
@@ -61,7 +57,7 @@ class WithinSetFilter:
     """Admits candidates in order, refusing near-duplicates of earlier ones and graphs past their cap."""
 
     def __init__(self, jaccard_threshold: float):
-        self.lsh = MinHashLSH(threshold=jaccard_threshold, num_perm=PERMUTATIONS)
+        self.lsh = MinHashLSH(threshold=jaccard_threshold, num_perm=MINHASH_PERMUTATIONS)
         self.jaccard_threshold = jaccard_threshold
         self.graphs: Counter = Counter()
         self.signatures: dict[str, MinHash] = {}

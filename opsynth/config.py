@@ -90,10 +90,12 @@ SPEED_SAMPLES = 50  # executions it takes to correct the speed
 # compiled model's timing takes 2 warm-ups and 5 timed forwards.
 TIMING = {"cuda": (5, 10), "cpu": (2, 5)}
 
-# Decontamination: MinHash over token 3-grams of the normalized Model class.
+# MinHash over token 3-grams (opsynth.filters.minhash): of the normalized Model class in decontamination, of the
+# normalized program in within-set dedup.
 MINHASH_PERMUTATIONS = 128
 MINHASH_SHINGLE = 3
-MINHASH_SEED = 1
+MINHASH_SEED = 1  # decontamination's (the embedded index was built with it)
+DEDUP_MINHASH_SEED = 7  # within-set dedup's
 AST_SIMILARITY_THRESHOLD = 0.9  # the paper: drop a task whose AST similarity to a KernelBench task exceeds this
 # A task whose Model class has this estimated Jaccard with a KernelBench Model class is a near-duplicate.
 KERNELBENCH_JACCARD_THRESHOLD = 0.85
