@@ -24,6 +24,7 @@ from opsynth.config import (
     OPS6K_MIXTURE,
     WORKLOADS,
 )
+from opsynth.data_sources import torch_source
 from opsynth.filters.ast_similarity import best_match, brute_force, profile
 from opsynth.filters.calibration import run_calibrated
 from opsynth.filters.decontamination import fingerprint, load_reference, similarity
@@ -45,7 +46,7 @@ def _machine() -> dict:
 
 def _num_ops(i: int) -> int:
     """Chain lengths in the released set's proportions (torch#1..5), cycling deterministically."""
-    shares = [OPS6K_MIXTURE[f"torch#{k}"] for k in range(1, 6)]
+    shares = [OPS6K_MIXTURE[torch_source(k)] for k in range(1, 6)]
     position = (i * 0.618034) % 1.0 * sum(shares)
     for k, share in enumerate(shares, start=1):
         position -= share
@@ -119,7 +120,7 @@ def bench_execute(
 ) -> dict:
     wl = WORKLOADS[workload]
     candidates = [
-        make_candidate(CandidateSpec(f"torch#{_num_ops(i)}", i, candidate_seed(3, "bench", i)), wl) for i in range(n)
+        make_candidate(CandidateSpec(torch_source(_num_ops(i)), i, candidate_seed(3, "bench", i)), wl) for i in range(n)
     ]
     cfg = execution_config(device, wl.runtime_window_ms, wl.timeout_s, compile_check, workers, shared_checks)
 

@@ -5,6 +5,7 @@ Commands and stages read these; nothing else in the project hard-codes a size, s
 
 from __future__ import annotations
 
+from opsynth.data_sources import TRANSFORMERS, torch_source
 from opsynth.device_speed import DeviceSpeed
 from opsynth.workload import Workload
 
@@ -12,15 +13,15 @@ VERSION = "0.1.0"
 
 # The released CUDA-Agent-Ops-6K mixture (paper Table 3, confirmed on the data), in percent.
 OPS6K_MIXTURE: dict[str, float] = {
-    "torch#1": 3.40,
-    "torch#2": 83.77,
-    "torch#3": 7.62,
-    "torch#4": 2.80,
-    "torch#5": 1.23,
-    "transformers": 1.18,
+    torch_source(1): 3.40,
+    torch_source(2): 83.77,
+    torch_source(3): 7.62,
+    torch_source(4): 2.80,
+    torch_source(5): 1.23,
+    TRANSFORMERS: 1.18,
 }
 DATA_SOURCES = tuple(OPS6K_MIXTURE)
-MIXTURE_ALIASES = {f"torch{k}": f"torch#{k}" for k in range(1, 6)} | {"transformers": "transformers"}
+MIXTURE_ALIASES = {f"torch{k}": torch_source(k) for k in range(1, 6)} | {TRANSFORMERS: TRANSFORMERS}
 
 PRESETS: dict[str, dict] = {
     "ops6k": {"num_samples": 6000, "mixture": OPS6K_MIXTURE, "op_weights": "ops6k"},

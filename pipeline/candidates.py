@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from opsynth.config import COMPOSE_ATTEMPTS
+from opsynth.data_sources import kind, operator_count
 from opsynth.filters.dedup import dedup_key
 from opsynth.operator_catalog.codegen import render
 from opsynth.operator_catalog.compose import CompositionError, compose
@@ -14,18 +15,14 @@ from opsynth.records import Candidate, CandidateSpec
 from opsynth.workload import Workload
 
 
-def num_ops_of(data_source: str) -> int:
-    return int(data_source.split("#", 1)[1])
-
-
 def make_candidate(
     spec: CandidateSpec, workload: Workload, batch_scale: float = 1.0, op_weights: str = "uniform"
 ) -> Candidate:
     """Compose and render one candidate; raises CompositionError when no chain fits."""
-    if spec.data_source == "transformers":
+    if kind(spec.data_source) == "transformers":
         task = compose_transformers(spec.seed, workload, batch_scale)
     else:
-        k = num_ops_of(spec.data_source)
+        k = operator_count(spec.data_source)
         task = render(compose(spec.seed, k, workload, COMPOSE_ATTEMPTS, batch_scale, op_weights))
     return Candidate(
         data_source=spec.data_source,

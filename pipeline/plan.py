@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 
 from opsynth.config import NEAR_DUPLICATE_JACCARD, PLAN_EXECUTION_YIELD, PLAN_SAMPLE
+from opsynth.data_sources import kind
 from opsynth.errors import UsageError
 from opsynth.filters.decontamination import decontaminate, load_reference
 from opsynth.filters.dedup import WithinSetFilter
@@ -66,7 +67,7 @@ def walk_source(options: GenerateOptions, source: str, rows: int, sample: int = 
     needed = math.ceil(rows / PLAN_EXECUTION_YIELD)
     index = load_reference(options.kernelbench)
     near = WithinSetFilter(NEAR_DUPLICATE_JACCARD)
-    cap = None if source == "transformers" else rows_per_graph(source, rows)
+    cap = None if kind(source) == "transformers" else rows_per_graph(source, rows)
     seen: set[str] = set()
     distinct = half = walked = 0
     while walked < sample and distinct < needed:

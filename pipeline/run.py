@@ -31,6 +31,7 @@ from opsynth.config import (
     ROW_GROUP_ROWS,
     VERSION,
 )
+from opsynth.data_sources import kind
 from opsynth.errors import OpsynthError, UsageError
 from opsynth.filters.execution import device_name, execution_config
 from opsynth.filters.gpu_busy import GpuBusyMonitor
@@ -90,9 +91,8 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
     out = Path(options.out)
     quota = quotas(options.num_samples, options.mixture)
     for source, n in quota.items():
-        kind = "transformers" if source == "transformers" else "torch"
-        if n and not sampleable(kind):
-            raise UsageError(f"the catalog has no {kind} entries to make {source} rows; drop it from --mixture")
+        if n and not sampleable(kind(source)):
+            raise UsageError(f"the catalog has no {kind(source)} entries to make {source} rows; drop it from --mixture")
     state = state_dir(options)
     with FolderLock(state, out):
         check_config(options, state)

@@ -21,6 +21,7 @@ from opsynth.config import (
     NEEDED_MARGIN,
     NEEDED_SPARE,
 )
+from opsynth.data_sources import kind, operator_count
 from opsynth.filters.dedup import WithinSetFilter
 from opsynth.operator_catalog.registry import sampleable
 from opsynth.reasons import DUPLICATE, NOT_NEEDED, Verdict
@@ -33,8 +34,7 @@ def rows_per_graph(source: str, quota: int) -> int:
     """The cap on rows sharing one ordered operator list: MAX_ROWS_PER_OP_GRAPH, raised where the quota asks
     for more rows than the catalog has such lists (torch#1 in a 60K set has only as many lists as operators),
     with room to spare for what the filters drop."""
-    k = int(source.split("#", 1)[1])
-    lists = math.perm(len(sampleable("torch")), k)
+    lists = math.perm(len(sampleable("torch")), operator_count(source))
     return max(MAX_ROWS_PER_OP_GRAPH, math.ceil(2 * quota / lists))
 
 
@@ -90,7 +90,7 @@ class Selector:
                 # `Class_N` rows); only exact duplicates, dropped before execution, apply to them.
                 why = (
                     None
-                    if source == "transformers"
+                    if kind(source) == "transformers"
                     else self.filters[source].admit(
                         candidate.id, candidate.code, candidate.ops, rows_per_graph(source, self.quota[source])
                     )

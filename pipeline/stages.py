@@ -26,6 +26,7 @@ from opsynth.config import (
     SIZE_SLACK,
     WORKER_PREFIX,
 )
+from opsynth.data_sources import kind
 from opsynth.device_speed import DeviceSpeed
 from opsynth.filters.calibration import rescale_factor, run_calibrated
 from opsynth.filters.decontamination import decontaminate, load_reference
@@ -267,7 +268,7 @@ class _GraphRoomFn(beam.DoFn):
 
 def _graph_key(c: Candidate) -> tuple[tuple[str, str], Candidate]:
     # Transformers variants share their class by design: each is its own group.
-    return ((c.data_source, c.id if c.data_source == "transformers" else op_graph_hash(c.ops)), c)
+    return ((c.data_source, c.id if kind(c.data_source) == "transformers" else op_graph_hash(c.ops)), c)
 
 
 def _graph_rows_entry(line: str) -> list[tuple[tuple[str, str], int]]:

@@ -143,3 +143,10 @@ def test_a_gpu_set_element_budget_is_part_of_what_a_resume_must_match():
     assert "max_elements" not in options.fingerprint()  # as a run folder of an earlier version recorded it
     assert replace(options, max_elements=1 << 31).fingerprint()["max_elements"] == 1 << 31
     assert replace(options, workers=7, accelerator="x").fingerprint() == options.fingerprint()
+
+
+def test_a_data_source_name_says_its_kind_and_operator_count():
+    from opsynth.data_sources import TRANSFORMERS, kind, operator_count, torch_source
+
+    assert torch_source(3) == "torch#3" and operator_count("torch#3") == 3 and kind("torch#3") == "torch"
+    assert kind(TRANSFORMERS) == "transformers" and operator_count(TRANSFORMERS) == 1
