@@ -33,6 +33,7 @@ def test_the_wheel_holds_every_module_under_opsynth_and_nothing_at_the_top(tmp_p
     }
     assert expected <= names
     assert "opsynth/filters/data/kernelbench_index.json.gz" in names
+    assert "opsynth/operator_catalog/data/ops6k_counts.json" in names
     tops = {name.split("/")[0] for name in names}
     assert {top for top in tops if not top.endswith(".dist-info")} == {"opsynth"}
 
