@@ -52,8 +52,6 @@ class GenerateOptions:
         d["runtime_window_ms"] = list(self.runtime_window_ms)
         for volatile in ("workers", "batch_size", "timeout_s", "shared_checks", "accelerator"):
             d.pop(volatile)
-        if d["max_elements"] is None:  # the workload's own budget: as runs before the GPU set it recorded it
-            d.pop("max_elements")
         return d
 
 

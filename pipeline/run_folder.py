@@ -19,6 +19,8 @@ from opsynth.options import GenerateOptions
 STATE_DIR = ".opsynth"
 CONFIG_FILE = "config.json"
 LOCK_FILE = "lock"
+# The layout of the state folder, written into its config.json: a folder of another format is refused, not read.
+STATE_FORMAT = 1
 
 
 class FolderLock:
@@ -73,14 +75,29 @@ def check_config(options: GenerateOptions, state: Path) -> None:
     config_path = state / CONFIG_FILE
     wanted = options.fingerprint()
     if not config_path.exists():
-        write_text_atomic(config_path, json.dumps(wanted, indent=2, sort_keys=True))
+        record = {"format": STATE_FORMAT, "options": wanted}
+        write_text_atomic(config_path, json.dumps(record, indent=2, sort_keys=True))
         return
     try:
-        stored = json.loads(config_path.read_text())
+        record = json.loads(config_path.read_text())
     except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict):
         raise UsageError(
             f"{config_path} is damaged: the run's options cannot be read; remove {options.out} to start over"
-        ) from None
+        )
+    made = record.get("format", 0)
+    if made != STATE_FORMAT:
+        by = "an earlier" if isinstance(made, int) and made < STATE_FORMAT else "another"
+        raise UsageError(
+            f"{options.out} holds a run of {by} opsynth (state format {made}; this one reads {STATE_FORMAT}); "
+            "finish it with that version, or choose another --out"
+        )
+    stored = record.get("options")
+    if not isinstance(stored, dict):
+        raise UsageError(
+            f"{config_path} is damaged: the run's options cannot be read; remove {options.out} to start over"
+        )
     if stored != wanted:
         differing = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
         raise UsageError(

@@ -84,6 +84,16 @@ def test_a_damaged_config_is_named_in_one_line(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "config.json is damaged" in err
 
 
+def test_a_folder_of_an_earlier_state_format_is_refused_in_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / ".opsynth").mkdir(parents=True)
+    (out / ".opsynth" / "config.json").write_text(json.dumps({"seed": 5, "num_samples": 12}))  # 0.1.0's layout
+    assert _generate(out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "a run of an earlier opsynth (state format 0" in err
+    assert sorted(p.name for p in (out / ".opsynth").iterdir()) == ["config.json", "lock"], "nothing written"
+
+
 def test_a_damaged_stats_file_is_written_again(reference, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(reference, out)
