@@ -43,6 +43,7 @@ WATCHED = (
     "torch.compiler",
     "multiprocessing.connection",
     "opsynth.filters.execution",
+    "opsynth.filters.comparison",
     "opsynth.filters.shape_check",
     "opsynth.filters.task_loading",
     "opsynth.reasons",

@@ -211,7 +211,8 @@ def test_the_time_limit_counts_work_not_waits_for_the_gpu():
 
 
 def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
-    from opsynth.filters.execution import CheckFailed, _check_outputs, tensors_close
+    from opsynth.filters.comparison import tensors_close
+    from opsynth.filters.execution import CheckFailed, _check_outputs
 
     base = torch.randn(64, 128)  # past the probe: 8,192 elements
     late = base.clone()

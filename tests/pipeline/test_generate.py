@@ -10,7 +10,8 @@ import yaml
 from datasets import load_dataset
 
 from opsynth.commands.cli import main
-from opsynth.filters.execution import PHASES, flatten_outputs, outputs_close
+from opsynth.filters.comparison import flatten_outputs, outputs_close
+from opsynth.filters.execution import PHASES
 from opsynth.filters.task_loading import load_task
 from opsynth.operator_catalog.faithfulness import ops_faithful
 
