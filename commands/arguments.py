@@ -15,6 +15,13 @@ EXCLUSIVE_CHECKS_HELP = (
 )
 
 
+def add_command(sub, name: str, help: str, examples: str, run) -> argparse.ArgumentParser:
+    """A subcommand run by `run(args)`, its examples shown under its --help as written."""
+    parser = sub.add_parser(name, help=help, epilog=examples, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(run=run)
+    return parser
+
+
 def add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device",

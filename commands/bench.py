@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from opsynth.commands.arguments import add_sharing, default_workers, positive, resolve_device
+from opsynth.commands.arguments import add_command, add_sharing, default_workers, positive, resolve_device
 from opsynth.config import WORKLOADS
 from opsynth.errors import UsageError
 
@@ -14,12 +13,13 @@ FAULT_TRIALS = 20  # opsynth bench faults' default --n: trials of each kind
 
 
 def register(sub) -> None:
-    bench = sub.add_parser(
+    bench = add_command(
+        sub,
         "bench",
-        help="measure the throughput of a stage and write it as JSON",
-        epilog="examples:\n  opsynth bench cpu --n 500\n  opsynth bench decontam --n 300\n"
+        "measure the throughput of a stage and write it as JSON",
+        "examples:\n  opsynth bench cpu --n 500\n  opsynth bench decontam --n 300\n"
         "  opsynth bench execute --device cuda --n 400 --out gpu.json\n  opsynth bench faults --n 20 --out faults.json",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run,
     )
     bench.add_argument(
         "stage",
@@ -40,7 +40,6 @@ def register(sub) -> None:
     bench.add_argument("--no-compile-check", action="store_true")
     add_sharing(bench)
     bench.add_argument("--out", help="also write the result to this JSON file")
-    bench.set_defaults(run=run)
 
 
 def run(args) -> int:

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from opsynth.commands.arguments import resolve_device
+from opsynth.commands.arguments import add_command, resolve_device
 from opsynth.config import WORKLOADS
 
 
 def register(sub) -> None:
-    cat = sub.add_parser(
+    cat = add_command(
+        sub,
         "catalog",
-        help="list the operator catalog, or `catalog check` it on the meta device",
-        epilog=(
+        "list the operator catalog, or `catalog check` it on the meta device",
+        (
             "examples:\n  opsynth catalog\n  opsynth catalog --json\n  opsynth catalog check\n"
             "  opsynth catalog check --execute --no-compile-check"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run,
     )
     cat.add_argument("action", nargs="?", choices=("list", "check"), default="list")
     cat.add_argument("--json", action="store_true", help='print {"entries": [...]} as JSON')
@@ -33,7 +33,6 @@ def register(sub) -> None:
         choices=("auto", "cuda", "cpu"),
         help="--execute: where to run (cpu: tiny tasks; cuda: gpu-workload tasks in its window)",
     )
-    cat.set_defaults(run=run)
 
 
 def run(args) -> int:

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import argparse
-
+from opsynth.commands.arguments import add_command
 from opsynth.errors import UsageError
 
 
 def register(sub) -> None:
-    cmp_ = sub.add_parser(
+    cmp_ = add_command(
+        sub,
         "compare",
-        help="report a generated folder beside CUDA-Agent-Ops-6K (Markdown and figures)",
-        epilog=(
+        "report a generated folder beside CUDA-Agent-Ops-6K (Markdown and figures)",
+        (
             "examples:\n  opsynth compare ops6k --out report\n"
             "  opsynth compare ops6k --released ops6k_examples.parquet --released-report validate.jsonl --out report"
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run,
     )
     cmp_.add_argument("folder", help="the --out folder of a finished opsynth generate run")
     cmp_.add_argument("--released", help="released rows (Parquet with ops, data_source, code) to compare inputs with")
     cmp_.add_argument("--released-report", help="`opsynth validate --report` of those rows, for their eager times")
     cmp_.add_argument("--out", required=True, help="folder for comparison.md and its figures")
-    cmp_.set_defaults(run=run)
 
 
 def run(args) -> int:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
-
-from opsynth.commands.arguments import add_execution_args, execution_settings, load_kernelbench, positive
+from opsynth.commands.arguments import add_command, add_execution_args, execution_settings, load_kernelbench, positive
 from opsynth.config import DEFAULT_PRESET
 from opsynth.errors import UsageError
 
@@ -17,11 +15,12 @@ Options not listed here are passed to Apache Beam (e.g. --runner, --direct_num_w
 
 
 def register(sub) -> None:
-    gen = sub.add_parser(
+    gen = add_command(
+        sub,
         "generate",
-        help="run the pipeline and write a dataset folder",
-        epilog=GENERATE_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run the pipeline and write a dataset folder",
+        GENERATE_EXAMPLES,
+        run,
     )
     gen.add_argument("--out", help="output folder (new, empty, or an unfinished run to resume); not with --plan")
     gen.add_argument(
@@ -61,7 +60,6 @@ def register(sub) -> None:
         "format (Dataflow: 'type:nvidia-l4;count:1;install-nvidia-driver'), so the CPU stages can run on CPU workers",
     )
     add_execution_args(gen)
-    gen.set_defaults(run=run)
 
 
 def run(args) -> int:

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-import argparse
+from opsynth.commands.arguments import add_command
 
 
 def register(sub) -> None:
-    pub = sub.add_parser(
+    pub = add_command(
+        sub,
         "publish",
-        help="upload a finished dataset folder to the Hugging Face Hub in one commit",
-        epilog="examples:\n  opsynth publish out --repo-id my-org/cuda-tasks-6k --dry-run\n"
+        "upload a finished dataset folder to the Hugging Face Hub in one commit",
+        "examples:\n  opsynth publish out --repo-id my-org/cuda-tasks-6k --dry-run\n"
         "  opsynth publish out --repo-id my-org/cuda-tasks-6k --private\n"
         "The token comes from HF_TOKEN or `hf auth login`; it is never printed or written.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run,
     )
     pub.add_argument("folder", help="the --out folder of a finished opsynth generate run")
     pub.add_argument("--repo-id", required=True, help="ORG/NAME of the dataset repository (created if missing)")
     pub.add_argument("--private", action="store_true", help="create the repository private")
     pub.add_argument("--revision", help="branch to commit to (created if missing; default main)")
     pub.add_argument("--dry-run", action="store_true", help="check the folder and list what would be uploaded")
-    pub.set_defaults(run=run)
 
 
 def run(args) -> int:

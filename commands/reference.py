@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
-
 from opsynth.atomic import replacing
-from opsynth.commands.arguments import load_kernelbench
+from opsynth.commands.arguments import add_command, load_kernelbench
 from opsynth.errors import UsageError
 
 
 def register(sub) -> None:
-    ref = sub.add_parser(
+    ref = add_command(
+        sub,
         "reference",
-        help="build the embedded KernelBench fingerprint index",
-        epilog="example:\n  opsynth reference build --kernelbench KernelBench/kernelbench.parquet",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "build the embedded KernelBench fingerprint index",
+        "example:\n  opsynth reference build --kernelbench KernelBench/kernelbench.parquet",
+        run,
     )
     ref.add_argument("action", choices=("build",))
     ref.add_argument("--kernelbench", required=True, metavar="PATH|hub", help="KernelBench tasks to fingerprint")
     ref.add_argument("--output", help="where to write the index (default: the one shipped in the package)")
-    ref.set_defaults(run=run)
 
 
 def run(args) -> int:

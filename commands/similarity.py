@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 
 from opsynth.commands.arguments import (
+    add_command,
     add_decontamination_args,
     add_task_input_args,
     decontamination_settings,
@@ -16,15 +16,15 @@ from opsynth.commands.arguments import (
 
 
 def register(sub) -> None:
-    sim = sub.add_parser(
+    sim = add_command(
+        sub,
         "similarity",
-        help="KernelBench similarity of tasks: the paper's AST score, the normalized one, MinHash Jaccard",
-        epilog="examples:\n  opsynth similarity task.py\n  opsynth similarity train.parquet --report sims.jsonl",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "KernelBench similarity of tasks: the paper's AST score, the normalized one, MinHash Jaccard",
+        "examples:\n  opsynth similarity task.py\n  opsynth similarity train.parquet --report sims.jsonl",
+        run,
     )
     add_task_input_args(sim)
     add_decontamination_args(sim)
-    sim.set_defaults(run=run)
 
 
 def run(args) -> int:

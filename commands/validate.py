@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-
-from opsynth.commands.arguments import add_execution_args, add_task_input_args, execution_settings, load_kernelbench
+from opsynth.commands.arguments import (
+    add_command,
+    add_execution_args,
+    add_task_input_args,
+    execution_settings,
+    load_kernelbench,
+)
 
 VALIDATE_EXAMPLES = """examples:
   opsynth validate task.py --device cpu --runtime-window-ms 0,100
@@ -14,11 +18,12 @@ VALIDATE_EXAMPLES = """examples:
 
 
 def register(sub) -> None:
-    val = sub.add_parser(
+    val = add_command(
+        sub,
         "validate",
-        help="run every filter on existing tasks and print a verdict per task",
-        epilog=VALIDATE_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run every filter on existing tasks and print a verdict per task",
+        VALIDATE_EXAMPLES,
+        run,
     )
     add_task_input_args(val)
     val.add_argument("--sample", type=int, help="validate this many of the tasks, drawn at random")
@@ -27,7 +32,6 @@ def register(sub) -> None:
         "--exit-zero", action="store_true", help="exit 0 even where tasks fail (by default a failing task exits 1)"
     )
     add_execution_args(val)
-    val.set_defaults(run=run)
 
 
 def run(args) -> int:
