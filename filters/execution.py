@@ -10,7 +10,6 @@ import contextlib
 import math
 import os
 import statistics
-import time
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -21,6 +20,14 @@ import torch._dynamo
 from opsynth.config import TIMING
 from opsynth.filters.comparison import flatten_outputs, outputs_close
 from opsynth.filters.task_loading import TaskLoadError, load_task
+from opsynth.filters.timing import (
+    PhaseClock,
+    device_ms,
+    host_time_ms,
+    profile_forwards,
+    timed_forward,
+    timed_iters,
+)
 from opsynth.reasons import (
     COMPILE_ERROR,
     COMPILE_MISMATCH,
@@ -57,8 +64,6 @@ PHASES = (
     "compiled_checks",
     "compiled_timing",
 )
-TIMING_SPAN_MS = 30.0  # CUDA: timed forwards stop near this much device time, but never fewer than MIN_TIMED_ITERS
-MIN_TIMED_ITERS = 3
 # CUDA: memory a worker's allocator keeps cached between tasks. Returning all of it after every task makes the
 # next task's first forwards allocate from the driver again, under the device lock; more than this is returned,
 # for the other workers of the GPU.
@@ -138,96 +143,6 @@ def _to_device(value: Any, device: torch.device) -> Any:
     return value
 
 
-class _PhaseClock:
-    """Seconds a task spends in each of `PHASES`, into a dict the task's measurements carry. Phases nest: time
-    in an inner phase (the wait for the lock inside a profiling, say) counts there and not in the outer one."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-        self._inner: list[float] = []  # per open phase, the seconds of the phases opened inside it
-
-    @contextlib.contextmanager
-    def __call__(self, phase: str):
-        start = time.perf_counter()
-        self._inner.append(0.0)
-        try:
-            yield
-        finally:
-            elapsed = time.perf_counter() - start
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + elapsed - self._inner.pop()
-            if self._inner:
-                self._inner[-1] += elapsed
-
-    @contextlib.contextmanager
-    def holding(self, lock):
-        """Hold `lock` for the enclosed device work; the wait for it counts as `lock_wait`."""
-        with self("lock_wait"):
-            lock.__enter__()
-        try:
-            yield
-        finally:
-            lock.__exit__(None, None, None)
-
-
-def _profile(runs: list[tuple], inputs: list, iters: int, hold, clock: _PhaseClock, activities=None) -> list:
-    """One profile per (fn, phase) of `runs`: `iters` forwards of `fn` under torch.profiler (CUDA activity by
-    default), the device work of the paper's measure, timed as `phase`. All of them run inside one `hold` (the
-    GPU's lock, exclusive: another process's kernels would slow these), so the hold covers the forwards alone:
-    the first profiler starts before the lock is taken and the last collects its trace after it is let go;
-    between runs one stops and the next starts inside the hold. A profiler records this process's work only."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = activities or [ProfilerActivity.CUDA]
-    profiles = []
-    with torch.no_grad(), clock("profiler"):
-        current = profile(activities=activities)
-        current.__enter__()
-        try:
-            with hold:
-                for k, (fn, phase) in enumerate(runs):
-                    if k:
-                        current.__exit__(None, None, None)
-                        profiles.append(current)
-                        current = profile(activities=activities)
-                        current.__enter__()
-                    with clock(phase):
-                        for _ in range(iters):
-                            fn(*inputs)
-                        if torch.cuda.is_available():
-                            torch.cuda.synchronize()
-        finally:
-            current.__exit__(None, None, None)
-    return [*profiles, current]
-
-
-def device_ms(prof, iters: int) -> float:
-    """The paper's measure: summed device time of the CUDA work of one forward (CPU launch overhead excluded),
-    averaged over the profiled forwards."""
-    from torch.autograd import DeviceType
-
-    device_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
-    return device_us / 1e3 / iters
-
-
-def _host_time_ms(fn, inputs: list, warmup: int, iters: int) -> float:
-    """Median wall time of one forward by the host clock (the CPU's measure)."""
-    with torch.no_grad():
-        for _ in range(warmup):
-            fn(*inputs)
-        samples = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn(*inputs)
-            samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples)
-
-
-def timed_iters(iters: int, estimate_ms: float) -> int:
-    """Timed forwards on CUDA: `iters` (the paper's 10) for a task of a few ms, fewer for a heavy one, whose
-    mean over 3 forwards of 10 ms or more is as steady; the device time is what bounds a run."""
-    return max(min(iters, MIN_TIMED_ITERS), min(iters, math.ceil(TIMING_SPAN_MS / max(estimate_ms, 1e-6))))
-
-
 class _Outputs:
     """The draws' outputs, judged as they come: the first draw's kept (the rerun and the compiled model are
     compared with it), every other one reduced at once to whether it agrees with the first and each floating
@@ -289,7 +204,7 @@ def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -
     depend on its neighbour; in its shared mode (alone too, unless the lock has several slots) for the rest of
     its device work. Loading and compiling (host work) hold nothing. Every verdict carries `phase_s`, the
     seconds spent in each of `PHASES`."""
-    clock = _PhaseClock()
+    clock = PhaseClock()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a task's own warnings (deprecated spellings) say nothing about it
@@ -303,20 +218,6 @@ def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -
             torch.cuda.empty_cache()  # a large cache would hold memory the other workers of the GPU may need
     phase_s = {phase: round(s, 4) for phase, s in clock.seconds.items()}
     return Verdict(verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": phase_s})
-
-
-def _timed_forward(model, inputs: list, cuda: bool) -> tuple[Any, float]:
-    """One forward and its time in ms: CUDA events on the GPU, the host clock on the CPU."""
-    if cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = model(*inputs)
-        end.record()
-        end.synchronize()
-        return out, start.elapsed_time(end)
-    t0 = time.perf_counter()
-    out = model(*inputs)
-    return out, (time.perf_counter() - t0) * 1e3
 
 
 def _near_window(ms: float, window: tuple[float, float]) -> bool:
@@ -364,7 +265,7 @@ def _check_outputs(outs: list[list[torch.Tensor]], rerun: list[torch.Tensor], cf
     judged.decide(rerun)
 
 
-def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _PhaseClock) -> dict[str, Any]:
+def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: PhaseClock) -> dict[str, Any]:
     """The measurements of a task that passes; raises CheckFailed with the first reason it fails.
 
     The forwards of the draws and of the rerun are timed (CUDA events, or the host clock on the CPU): a task
@@ -398,7 +299,7 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
             with clock("eager_checks"):
                 samples = []
                 for i in range(1, cfg.num_draws):
-                    out, ms = _timed_forward(model, _draw(task, seed, i, device), cuda)
+                    out, ms = timed_forward(model, _draw(task, seed, i, device), cuda)
                     samples.append(ms)
                     if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
                         measurements["eager_ms"] = ms
@@ -406,7 +307,7 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
                     with clock("output_checks"):
                         judged.add(flatten_outputs(out))
                     del out
-                rerun, ms = _timed_forward(model, inputs, cuda)
+                rerun, ms = timed_forward(model, inputs, cuda)
                 samples.append(ms)
             with clock("output_checks"):
                 judged.decide(flatten_outputs(rerun))
@@ -425,15 +326,15 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: _P
     return _cuda_timings(model, inputs, eager_out, cfg, device_lock, clock, measurements)
 
 
-def _profiled_ms(runs: list[tuple], inputs: list, iters: int, device_lock, clock: _PhaseClock) -> list[float]:
+def _profiled_ms(runs: list[tuple], inputs: list, iters: int, device_lock, clock: PhaseClock) -> list[float]:
     """The paper's measure of each (fn, phase) of `runs`: `iters` profiled forwards, all in one hold of the GPU
     alone."""
-    profiles = _profile(runs, inputs, iters, clock.holding(device_lock), clock)
+    profiles = profile_forwards(runs, inputs, iters, clock.holding(device_lock), clock)
     with clock("profile_parse"):
         return [device_ms(prof, iters) for prof in profiles]
 
 
-def _cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock: _PhaseClock,
+def _cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock: PhaseClock,
                   measurements: dict[str, Any], timer=_profiled_ms) -> dict[str, Any]:  # fmt: skip
     """CUDA, once the checks passed: the eager timing decides the window, and a task inside it is compiled,
     checked against eager (sharing the GPU) and timed compiled. A task whose checks' events put it
@@ -465,7 +366,7 @@ def _cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, de
     return measurements
 
 
-def _locked_backend(backend: str, lock, clock: _PhaseClock | None = None):
+def _locked_backend(backend: str, lock, clock: PhaseClock | None = None):
     """The torch.compile backend `backend`, with each compiled graph run holding `lock`'s shared mode (unless
     this process holds the lock already), timed as `compiled_first_run` on `clock`. Compiling, host work,
     overlaps other tasks' timings; running the compiled kernels, the first run's autotuning of Triton's
@@ -474,7 +375,7 @@ def _locked_backend(backend: str, lock, clock: _PhaseClock | None = None):
     from torch._dynamo.backends.registry import lookup_backend
 
     inner = lookup_backend(backend)
-    clock = clock or _PhaseClock()
+    clock = clock or PhaseClock()
 
     def compile_graph(graph, example_inputs):
         compiled = inner(graph, example_inputs)
@@ -499,7 +400,7 @@ def _compile_failure(error: Exception, measurements: dict[str, Any] | None = Non
     return CheckFailed(reason, one_line(error), measurements)
 
 
-def _compile(model, inputs: list, cfg: ExecutionConfig, device_lock, clock: _PhaseClock) -> tuple[Any, list]:
+def _compile(model, inputs: list, cfg: ExecutionConfig, device_lock, clock: PhaseClock) -> tuple[Any, list]:
     """The compiled model and the flattened output of its first (compiling) call, timed as `compile`."""
     torch._dynamo.reset()
     with clock("compile"), torch.no_grad():
@@ -517,7 +418,7 @@ def _compile_check_cpu(model, inputs: list, eager_out: list, cfg: ExecutionConfi
     try:
         compiled, compiled_out = _compile(model, inputs, cfg, device_lock, clock)
         with clock.holding(device_lock), clock("compiled_timing"):
-            compile_ms = _host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
+            compile_ms = host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
             agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
     except Exception as e:
         raise _compile_failure(e, measurements) from None

@@ -44,6 +44,7 @@ WATCHED = (
     "multiprocessing.connection",
     "opsynth.filters.execution",
     "opsynth.filters.comparison",
+    "opsynth.filters.timing",
     "opsynth.filters.shape_check",
     "opsynth.filters.task_loading",
     "opsynth.reasons",

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch._dynamo
 
-from opsynth.filters.execution import ExecutionConfig, run_checks, timed_iters
+from opsynth.filters.execution import ExecutionConfig, run_checks
+from opsynth.filters.timing import timed_iters
 from opsynth.filters.workers import Job, WorkerPool, memory_share
 from opsynth.reasons import (
     COMPILE_ERROR,
@@ -256,7 +257,7 @@ def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
     from torch._C._autograd import _profiler_enabled
     from torch.profiler import ProfilerActivity
 
-    from opsynth.filters.execution import _PhaseClock, _profile
+    from opsynth.filters.timing import PhaseClock, profile_forwards
 
     seen = []
 
@@ -266,11 +267,11 @@ def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
         yield
         seen.append(("exit", _profiler_enabled()))
 
-    clock = _PhaseClock()
+    clock = PhaseClock()
     calls = []
     runs = [(lambda x: calls.append(torch.relu(x)), "eager_timing"),
             (lambda x: calls.append(torch.tanh(x)), "compiled_timing")]  # fmt: skip
-    first, second = _profile(runs, [torch.randn(8)], 3, clock.holding(hold()), clock,
+    first, second = profile_forwards(runs, [torch.randn(8)], 3, clock.holding(hold()), clock,
                              activities=[ProfilerActivity.CPU])  # fmt: skip
     assert len(calls) == 6
     assert seen == [("entry", True), ("exit", True)]  # one hold, the traces going on across its ends
@@ -285,9 +286,9 @@ def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
 def test_nested_phases_count_once():
     import time
 
-    from opsynth.filters.execution import _PhaseClock
+    from opsynth.filters.timing import PhaseClock
 
-    clock = _PhaseClock()
+    clock = PhaseClock()
     with clock("compile"):
         time.sleep(0.02)
         with clock("compiled_first_run"):
@@ -315,8 +316,9 @@ def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(ev
     """The CUDA order after the checks, run on the CPU with a stand-in timer (one call per hold of the GPU)."""
     import contextlib
 
-    from opsynth.filters.execution import CheckFailed, _cuda_timings, _PhaseClock
+    from opsynth.filters.execution import CheckFailed, _cuda_timings
     from opsynth.filters.task_loading import load_task
+    from opsynth.filters.timing import PhaseClock
 
     cfg = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=10, compile_backend="aot_eager")
     task = load_task(source)
@@ -333,7 +335,7 @@ def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(ev
                 fn(*inputs)
         return [eager_ms if phase == "eager_timing" else eager_ms / 2 for _, phase in runs]
 
-    clock = _PhaseClock()
+    clock = PhaseClock()
     measurements = {"eager_ms": events_ms}
     if reason is None:
         measured = _cuda_timings(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, measurements, timer)
@@ -348,7 +350,7 @@ def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(ev
     no_check = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=10, compile_check=False)
     seen.clear()
     if reason is None:
-        assert "compile_ms" not in _cuda_timings(model, inputs, eager_out, no_check, None, _PhaseClock(),
+        assert "compile_ms" not in _cuda_timings(model, inputs, eager_out, no_check, None, PhaseClock(),
                                                  {"eager_ms": events_ms}, timer)  # fmt: skip
         assert seen == [["eager_timing"]]
 

@@ -1,0 +1,120 @@
+"""How a task's forwards are timed: the phase clock that says where a task's time goes, the profiler's summed
+device time of a forward (the paper's measure), the host clock on the CPU, CUDA events for a single forward,
+and how many forwards a timing takes."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from typing import Any
+
+import torch
+
+TIMING_SPAN_MS = 30.0  # CUDA: timed forwards stop near this much device time, but never fewer than MIN_TIMED_ITERS
+MIN_TIMED_ITERS = 3
+
+
+class PhaseClock:
+    """Seconds a task spends in each of `PHASES`, into a dict the task's measurements carry. Phases nest: time
+    in an inner phase (the wait for the lock inside a profiling, say) counts there and not in the outer one."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self._inner: list[float] = []  # per open phase, the seconds of the phases opened inside it
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + elapsed - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += elapsed
+
+    @contextlib.contextmanager
+    def holding(self, lock):
+        """Hold `lock` for the enclosed device work; the wait for it counts as `lock_wait`."""
+        with self("lock_wait"):
+            lock.__enter__()
+        try:
+            yield
+        finally:
+            lock.__exit__(None, None, None)
+
+
+def profile_forwards(runs: list[tuple], inputs: list, iters: int, hold, clock: PhaseClock, activities=None) -> list:
+    """One profile per (fn, phase) of `runs`: `iters` forwards of `fn` under torch.profiler (CUDA activity by
+    default), the device work of the paper's measure, timed as `phase`. All of them run inside one `hold` (the
+    GPU's lock, exclusive: another process's kernels would slow these), so the hold covers the forwards alone:
+    the first profiler starts before the lock is taken and the last collects its trace after it is let go;
+    between runs one stops and the next starts inside the hold. A profiler records this process's work only."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = activities or [ProfilerActivity.CUDA]
+    profiles = []
+    with torch.no_grad(), clock("profiler"):
+        current = profile(activities=activities)
+        current.__enter__()
+        try:
+            with hold:
+                for k, (fn, phase) in enumerate(runs):
+                    if k:
+                        current.__exit__(None, None, None)
+                        profiles.append(current)
+                        current = profile(activities=activities)
+                        current.__enter__()
+                    with clock(phase):
+                        for _ in range(iters):
+                            fn(*inputs)
+                        if torch.cuda.is_available():
+                            torch.cuda.synchronize()
+        finally:
+            current.__exit__(None, None, None)
+    return [*profiles, current]
+
+
+def device_ms(prof, iters: int) -> float:
+    """The paper's measure: summed device time of the CUDA work of one forward (CPU launch overhead excluded),
+    averaged over the profiled forwards."""
+    from torch.autograd import DeviceType
+
+    device_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return device_us / 1e3 / iters
+
+
+def host_time_ms(fn, inputs: list, warmup: int, iters: int) -> float:
+    """Median wall time of one forward by the host clock (the CPU's measure)."""
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn(*inputs)
+        samples = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn(*inputs)
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def timed_iters(iters: int, estimate_ms: float) -> int:
+    """Timed forwards on CUDA: `iters` (the paper's 10) for a task of a few ms, fewer for a heavy one, whose
+    mean over 3 forwards of 10 ms or more is as steady; the device time is what bounds a run."""
+    return max(min(iters, MIN_TIMED_ITERS), min(iters, math.ceil(TIMING_SPAN_MS / max(estimate_ms, 1e-6))))
+
+
+def timed_forward(model, inputs: list, cuda: bool) -> tuple[Any, float]:
+    """One forward and its time in ms: CUDA events on the GPU, the host clock on the CPU."""
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = model(*inputs)
+        end.record()
+        end.synchronize()
+        return out, start.elapsed_time(end)
+    t0 = time.perf_counter()
+    out = model(*inputs)
+    return out, (time.perf_counter() - t0) * 1e3
