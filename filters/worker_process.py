@@ -160,7 +160,8 @@ def _serve(conn: Connection, containment: dict) -> None:
     warm_up = _run_job(EXECUTE, WARM_UP_SOURCE, 0, setup, window=(0.0, float("inf")))
     baseline = integrity.snapshot()
     ready_rss = _resident_bytes()
-    send(conn, {"kind": "ready", "pid": os.getpid(), "containment": containment, "warm_up": warm_up.reason})
+    ready = {"pid": os.getpid(), "containment": containment, "warm_up": warm_up.reason, "at": time.monotonic()}
+    send(conn, {"kind": "ready", **ready})
     for done in range(1, setup.recycle_jobs + 1):
         try:
             job = conn.recv()

@@ -131,6 +131,12 @@ def _message(payload: bytes) -> dict:
     return message
 
 
+def reported_time(value, earliest: float, latest: float) -> float:
+    """A time a worker reported (the system's monotonic clock, shared by its processes), kept within what the pool
+    saw: the worker runs task code, so the value is only a hint."""
+    return min(max(value, earliest), latest) if isinstance(value, int | float) and math.isfinite(value) else latest
+
+
 def _python_path() -> list[str]:
     """Where the worker finds this package and its dependencies: this process's import path, after the folder that
     holds the `opsynth` package."""
@@ -164,6 +170,8 @@ class _Worker:
         self.conn.send(cage)
         self.conn.send(WorkerSetup(watch_path=watch_path, scratch=self.scratch, **setup))
         self.ready = False
+        self.spawned = time.monotonic()
+        self.ready_at = self.spawned  # when it said it was up, which the pool reads only once it looks
         self.job: int | None = None  # the index of the job in hand
         self.started = time.monotonic()  # when the job in hand was handed over
         self.deadline = self.started + STARTUP_TIMEOUT_S  # to start
@@ -230,6 +238,7 @@ class WorkerPool:
         # When the first job was handed out and the last verdict came in (monotonic): the span of the pool's work.
         self.first_handed: float | None = None
         self.last_done: float | None = None
+        self.ready_at: float | None = None  # when the last of the first workers was up (monotonic)
         self.containment: dict = {}  # what the first worker reported of its containment
         self._run_lock = threading.Lock()  # threads of one process (Beam's multi_threading mode) take turns
         # A pool shared across pipelines (see ExecuteCandidates) is closed when the last reference goes, or at exit.
@@ -342,6 +351,9 @@ class WorkerPool:
                 return self._lost(slot, w, "the worker sent an unreadable message")
             if message["kind"] == "ready":
                 w.ready = True
+                w.ready_at = reported_time(message.get("at"), w.spawned, now)
+                if self.ready_at is None and all(other.ready for other in self._workers):
+                    self.ready_at = max(other.ready_at for other in self._workers)
                 self.containment = self.containment or {**message["containment"], "pids_cgroup": w.cgroup is not None}
             elif w.job is not None:
                 done, w.job = (w.job, message["verdict"]), None

@@ -63,6 +63,9 @@ def gpu_busy(sessions: list[dict]) -> dict | None:
         "per_gpu": per_gpu,
         "mean": round(sum(per_gpu) / gpus, 3),
         "executing_s": round(total, 1),
+        # each session's seconds from its start to its first execution (the GPU idle while the CPU stages and
+        # the workers' start-up come first), summed
+        "before_first_execution_s": round(sum(g.get("first_execution_s", 0.0) for g in spans), 1),
         "sampled_by": f"NVML utilization every {SAMPLE_PERIOD_S:g} s, from each session's first execution to its last",
     }
 

@@ -105,9 +105,11 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
             return _generate(options, beam_args, log, quota, work_root, session)
 
 
-def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None) -> dict:
+def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: float) -> dict:
     """This process's GPU busy fraction per GPU (NVML) from its first execution to its last, for its session
-    record; empty where the GPUs are not watched here (CPU runs, workers on a distributed runner's machines)."""
+    record, with when (seconds after the session's start `t0`) its execution workers were all up and when the
+    first execution began; empty where the GPUs are not watched here (CPU runs, workers on a distributed runner's
+    machines)."""
     if monitor is None or pool is None:
         return {}
     if monitor.unavailable:
@@ -115,7 +117,14 @@ def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None) -> dict
     if pool.first_handed is None or pool.last_done is None:
         return {}
     span = pool.last_done - pool.first_handed
-    return {"gpu": {"executing_s": round(span, 1), "busy_fraction": monitor.busy(pool.first_handed, pool.last_done)}}
+    record = {
+        "executing_s": round(span, 1),
+        "busy_fraction": monitor.busy(pool.first_handed, pool.last_done),
+        "first_execution_s": round(pool.first_handed - t0, 1),
+    }
+    if pool.ready_at is not None:
+        record["workers_ready_s"] = round(pool.ready_at - t0, 1)
+    return {"gpu": record}
 
 
 def _generate(
@@ -150,7 +159,7 @@ def _generate(
             pools.shapes.acquire(lambda: WorkerPool(shapes), tag=shapes),
         ]
     monitor = GpuBusyMonitor().__enter__() if execution.device == "cuda" else None
-    session.extra = lambda: _gpu_record(monitor, held[0] if held else None)
+    session.extra = lambda: _gpu_record(monitor, held[0] if held else None, session.t0)
     last_round: dict[str, tuple[int, int]] = {}
     timed: list[float] = []  # measured / predicted time of the executions so far that ran at their first sizes
     exhausted: dict[str, dict] = {}  # data source -> when it was retired and where its missing rows went

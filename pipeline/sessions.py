@@ -29,14 +29,14 @@ class SessionClock:
         self.extra: Callable[[], dict] | None = None  # more of this process's record, written with its time
         self.folder = workfiles.join(work_root, SESSIONS_DIR)
         self.started = datetime.now(UTC)
-        self._t0 = time.monotonic()
+        self.t0 = time.monotonic()  # the session's start on the monotonic clock
         self.path = workfiles.join(self.folder, f"{self.started.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json")
         self._tick_s = tick_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="opsynth-session-clock", daemon=True)
 
     def elapsed(self) -> float:
-        return time.monotonic() - self._t0
+        return time.monotonic() - self.t0
 
     def write(self, finished: bool = False) -> None:
         record = {"started": self.started.isoformat(timespec="seconds"), "wall_s": round(self.elapsed(), 1)}

@@ -38,8 +38,9 @@ def test_workers_retire_after_many_tasks(monkeypatch):
     with WorkerPool(CPU) as pool:
         verdicts = pool.run([Job(str(i), fixtures.GOOD, i) for i in range(5)])
         assert all(v.kept for v in verdicts) and pool.replaced == 2
-        # What the run's stats read of the pool: when its first execution began and its last ended.
-        assert pool.first_handed < pool.last_done
+        # What the run's stats read of the pool: when its workers were up, its first execution began and its
+        # last ended. The workers said when they were up, before the pool looked.
+        assert pool.ready_at <= pool.first_handed < pool.last_done
 
 
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="Linux only")
@@ -49,6 +50,14 @@ def test_the_pool_knows_what_its_workers_enforce():
         containment = pool.containment
     assert {"open files", "file size", "address space"} <= set(containment["limits"])
     assert isinstance(containment["pids_cgroup"], bool) and isinstance(containment["namespaces"], list)
+
+
+def test_a_time_a_worker_reports_is_kept_within_what_the_pool_saw():
+    from opsynth.filters.workers import reported_time as reported
+
+    assert reported(5.0, 1.0, 9.0) == 5.0
+    assert reported(-1e9, 1.0, 9.0) == 1.0 and reported(1e9, 1.0, 9.0) == 9.0
+    assert reported("soon", 1.0, 9.0) == 9.0 and reported(float("nan"), 1.0, 9.0) == 9.0
 
 
 def test_a_job_decided_before_it_is_handed_out_does_not_run():

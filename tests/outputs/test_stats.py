@@ -4,12 +4,13 @@ from opsynth.outputs.stats import gpu_busy, spread
 
 def test_gpu_busy_is_weighted_by_each_sessions_span_of_execution():
     sessions = [
-        {"wall_s": 100.0, "gpu": {"executing_s": 30.0, "busy_fraction": [0.9, 0.5]}},
-        {"wall_s": 80.0, "gpu": {"executing_s": 10.0, "busy_fraction": [0.5, 0.9]}},
+        {"wall_s": 100.0, "gpu": {"executing_s": 30.0, "busy_fraction": [0.9, 0.5], "first_execution_s": 20.0}},
+        {"wall_s": 80.0, "gpu": {"executing_s": 10.0, "busy_fraction": [0.5, 0.9], "first_execution_s": 5.5}},
         {"wall_s": 5.0},  # a session that executed nothing
     ]
     busy = gpu_busy(sessions)
     assert busy["per_gpu"] == [0.8, 0.6] and busy["mean"] == 0.7 and busy["executing_s"] == 40.0
+    assert busy["before_first_execution_s"] == 25.5
     assert gpu_busy([{"wall_s": 1.0}]) is None
     assert gpu_busy([{"wall_s": 1.0, "gpu": {"unavailable": "no GPU"}}]) == {"unavailable": "no GPU"}
 
