@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-import torch._dynamo
 
 from opsynth.config import TIMING
 from opsynth.filters.comparison import flatten_outputs, outputs_close
@@ -402,6 +401,8 @@ def _compile_failure(error: Exception, measurements: dict[str, Any] | None = Non
 
 def _compile(model, inputs: list, cfg: ExecutionConfig, device_lock, clock: PhaseClock) -> tuple[Any, list]:
     """The compiled model and the flattened output of its first (compiling) call, timed as `compile`."""
+    import torch._dynamo  # here, not above: the driver imports this module and never compiles
+
     torch._dynamo.reset()
     with clock("compile"), torch.no_grad():
         compiled = torch.compile(model, backend=_locked_backend(cfg.compile_backend, device_lock, clock))

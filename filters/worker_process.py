@@ -145,6 +145,7 @@ def _serve(conn: Connection, containment: dict) -> None:
     setup: WorkerSetup = conn.recv()
     os.set_inheritable(conn.fileno(), False)  # a process a task starts must not hold the pool's socket
     import torch
+    import torch._dynamo  # before the snapshot below: importing it rebinds torch functions (torch.manual_seed)
 
     from opsynth.filters import integrity
     from opsynth.filters.device_lock import open_watch
