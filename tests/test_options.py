@@ -53,7 +53,7 @@ def test_rounds_are_planned_from_the_last_rounds_yield():
     plan = plan_round(missing, Counter({"torch#1": 200}), {"torch#1": (100, 10)})
     assert plan == {"torch#1": 230}  # 20 missing / 10 % x 1.15
     assert plan_round(missing, Counter({"torch#1": 200}), {"torch#1": (30, 0)}) == {"torch#1": 60}
-    assert plan_round({"torch#1": 100}, Counter(), {}) == {"torch#1": 250}
+    assert plan_round({"torch#1": 100}, Counter(), {}) == {"torch#1": 160}  # the pilot: 1.6 per row, at most 160
 
 
 def test_a_round_never_exceeds_the_candidate_cap():
@@ -73,10 +73,10 @@ def test_the_next_round_is_planned_from_what_this_one_should_yield_before_it_exe
     from opsynth.config import MAX_ROUND_CANDIDATES
     from opsynth.pipeline.planning import speculative_plan
 
-    # A 600-row run's pilot: 400 torch#2 candidates for 503 rows, at the pilot's 40 % no more than 160; 115
+    # A 600-row run's pilot: 160 torch#2 candidates for 503 rows, at the pilot's 62.5 % no more than 100; 74
     # torch#3 candidates for its 46 rows should do.
-    ahead = speculative_plan({"torch#2": 503, "torch#3": 46}, {"torch#2": 400, "torch#3": 115}, {})
-    assert ahead == {"torch#2": 987}  # (503 - 400 x 40 %) / 40 % x 1.15
+    ahead = speculative_plan({"torch#2": 503, "torch#3": 46}, {"torch#2": 160, "torch#3": 74}, {})
+    assert ahead == {"torch#2": 742}  # (503 - 160 x 62.5 %) / 62.5 % x 1.15
     # After a round of 400 that gave 320 rows (80 %): 252 candidates for 183 rows are expected to do.
     assert speculative_plan({"torch#2": 183}, {"torch#2": 252}, {"torch#2": (400, 320)}) == {}
     assert speculative_plan({"torch#2": 183}, {"torch#2": 100}, {"torch#2": (400, 320)}) == {"torch#2": 149}
