@@ -19,12 +19,24 @@ T = TypeVar("T")
 REACH_MARGIN = 0.5  # a rescaled task predicted below half the window's low end (or above twice its high) is decided
 
 
-def rescale_factor(eager_ms: float, window: tuple[float, float], max_factor: float, target: float = 0.5) -> float:
-    """How much to grow (> 1) or shrink (< 1) a task so that its time lands `target` of the way into the
-    window in log terms (0.5: the geometric middle)."""
+def aim_ms(window: tuple[float, float], target: float = 0.5) -> float:
+    """The time `target` of the way into the window in log terms (0.5: the geometric middle)."""
     low, high = window
-    aim = low ** (1 - target) * high**target if low > 0 else high / 10
-    factor = aim / max(eager_ms, 1e-6)
+    return low ** (1 - target) * high**target if low > 0 else high / 10
+
+
+def rescale_factor(
+    eager_ms: float, window: tuple[float, float], max_factor: float, target: float = 0.5, fixed_ms: float = 0.0
+) -> float:
+    """How much to grow (> 1) or shrink (< 1) a task so that its time lands `target` of the way into the
+    window in log terms (0.5: the geometric middle). `fixed_ms`, where known, is the part of its time that its
+    sizes do not scale (its kernels' launches): only the rest grows with them. Where the fixed part alone is
+    past the aim, the whole time is scaled, as if none of it were fixed."""
+    aim = aim_ms(window, target)
+    if 0 < fixed_ms < min(aim, eager_ms):
+        factor = (aim - fixed_ms) / (eager_ms - fixed_ms)
+    else:
+        factor = aim / max(eager_ms, 1e-6)
     return min(max(factor, 1 / max_factor), max_factor)
 
 

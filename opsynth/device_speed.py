@@ -18,6 +18,10 @@ class DeviceSpeed:
         """The same device, every time it predicts multiplied by `k` (a correction from measured times)."""
         return DeviceSpeed(self.bytes_per_s / k, self.flops_per_s / k, self.kernel_ms * k)
 
+    def fixed_ms(self, cost: dict) -> float:
+        """The part of a forward's predicted time that does not grow with its sizes: its kernels' least time."""
+        return cost["kernels"] * self.kernel_ms
+
     def predicted_ms(self, cost: dict) -> float:
         """A forward's device time: each byte moved and each operation at the sustained rates, and each kernel
         at least `kernel_ms`."""

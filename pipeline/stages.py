@@ -118,8 +118,9 @@ class ComposeCandidates(beam.PTransform):
 @dataclass(frozen=True)
 class Sizing:
     """How the shape check sizes candidates toward the runtime window before they run: each one's forward cost
-    (filters.cost), at `speed`, predicts its time; one predicted more than SIZE_SLACK away from the calibration
-    aim is made again from its seed with its batch scaled toward it (within the element budget)."""
+    (filters.cost), at `speed`, predicts its time; one whose batch would have to move more than SIZE_SLACK to
+    reach the calibration aim is made again from its seed with its batch scaled toward it (within the element
+    budget)."""
 
     speed: DeviceSpeed
     window: tuple[float, float]
@@ -127,7 +128,10 @@ class Sizing:
     op_weights: str = "uniform"
 
     def factor(self, cost: dict) -> float:
-        return rescale_factor(self.speed.predicted_ms(cost), self.window, SIZE_MAX_FACTOR, CALIBRATION_TARGET)
+        """The batch scale toward the aim. Only the bytes and operations grow with the sizes, not the kernels'
+        launches: a small candidate whose prediction is mostly launches is grown by what its sizes' part needs."""
+        predicted, fixed = self.speed.predicted_ms(cost), self.speed.fixed_ms(cost)
+        return rescale_factor(predicted, self.window, SIZE_MAX_FACTOR, CALIBRATION_TARGET, fixed)
 
 
 def _shape_jobs(batch: list[Candidate]) -> list[Job]:

@@ -115,3 +115,11 @@ def test_a_rescaled_task_runs_ahead_of_tasks_not_yet_started(tmp_path):
     a_phases, b_phases = a_verdict.measurements["phase_s"], b_verdict.measurements["phase_s"]
     assert a_phases["eager_checks"] > b_phases["eager_checks"] * 0.9
     assert set(a_phases) >= {"load", "lock_wait", "eager_checks"}
+
+
+def test_only_the_part_of_a_time_that_sizes_scale_is_scaled_toward_the_aim():
+    # 0.1 ms of launches and 0.01 ms of work: the work must grow to 3.1 ms for 3.2 ms in all, not 32x.
+    aim = 10**0.5
+    assert rescale_factor(0.11, (1.0, 100.0), 1e6, 0.25, fixed_ms=0.1) == pytest.approx((aim - 0.1) / 0.01)
+    # launches alone past the aim: the whole time is scaled, as without a fixed part
+    assert rescale_factor(20.0, (1.0, 100.0), 64, 0.25, fixed_ms=5.0) == pytest.approx(aim / 20.0)
