@@ -10,6 +10,7 @@ could run code in the pool).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -71,6 +72,7 @@ class WorkerSetup:
     scratch: str  # its own folder: each task runs in a fresh folder under it, removed afterwards
     recycle_jobs: int  # it retires after this many tasks
     recycle_growth_bytes: int  # or once its resident memory has grown this much since it was ready
+    start_nice: int = 0  # niceness added while it starts (imports, device set-up, warm-up), given back once up
 
 
 def send(conn: Connection, message: dict) -> None:
@@ -144,6 +146,9 @@ def _resident_bytes() -> int:
 def _serve(conn: Connection, containment: dict) -> None:
     setup: WorkerSetup = conn.recv()
     os.set_inheritable(conn.fileno(), False)  # a process a task starts must not hold the pool's socket
+    priority = os.getpriority(os.PRIO_PROCESS, 0)
+    if setup.start_nice:
+        os.nice(setup.start_nice)
     import torch
     import torch._dynamo  # before the snapshot below: importing it rebinds torch functions (torch.manual_seed)
 
@@ -159,6 +164,9 @@ def _serve(conn: Connection, containment: dict) -> None:
     _no_monitor_threads()
     quiet_library_notices()
     warm_up = _run_job(EXECUTE, WARM_UP_SOURCE, 0, setup, window=(0.0, float("inf")))
+    if setup.start_nice:
+        with contextlib.suppress(PermissionError):  # without the privilege to raise it again, it stays lowered
+            os.setpriority(os.PRIO_PROCESS, 0, priority)
     baseline = integrity.snapshot()
     ready_rss = _resident_bytes()
     ready = {"pid": os.getpid(), "containment": containment, "warm_up": warm_up.reason, "at": time.monotonic()}

@@ -45,6 +45,9 @@ WALL_LIMIT_FACTOR = 10  # a task's wall time, its waits for the GPU included, ne
 RECYCLE_JOBS = 1000  # a worker retires after this many tasks
 RECYCLE_GROWTH_BYTES = 2 << 30  # or once its resident memory grew this much since it was ready
 CUDA_WORKER_MEMORY_FLOOR = 8 << 30  # host memory a CUDA worker may always use (inductor's compile needs a few GiB)
+# Niceness of execution workers started ahead of the work they wait for (the first round's CPU stages, which
+# need the cores more meanwhile), given back once each is up where the process may raise its priority again.
+AHEAD_NICE = 10
 MAX_MESSAGE_BYTES = 1 << 20  # a worker's message, larger than any verdict; more is a broken worker
 # Copies of a task's largest tensor alive at once in its checks: the kept input, a draw's, the first and the
 # current draw's outputs, the rerun's (an elementwise chain's intermediates are no larger).
@@ -215,8 +218,9 @@ class WorkerPool:
     """Runs `run_checks` (or the shape check) for many tasks over `cfg.workers` contained processes, spread over
     all GPUs on CUDA."""
 
-    def __init__(self, cfg: ExecutionConfig, limits: Limits | None = None):
+    def __init__(self, cfg: ExecutionConfig, limits: Limits | None = None, start_nice: int = 0):
         self.cfg = cfg
+        self.start_nice = start_nice  # see WorkerSetup.start_nice
         if limits is None and cfg.device == "cuda":  # CUDA reserves far more address space than it maps
             limits = Limits(data_bytes=host_memory_share(cfg.workers, floor=CUDA_WORKER_MEMORY_FLOOR))
         elif limits is None:
@@ -260,6 +264,7 @@ class WorkerPool:
             "device_lock": self._locks.get(gpu),
             "recycle_jobs": RECYCLE_JOBS,
             "recycle_growth_bytes": RECYCLE_GROWTH_BYTES,
+            "start_nice": self.start_nice,
         }
         return _Worker(self._root, self._cage, setup, f"w{self._spawned}")
 

@@ -35,7 +35,7 @@ from opsynth.data_sources import kind
 from opsynth.errors import OpsynthError, UsageError
 from opsynth.filters.execution import device_name, execution_config
 from opsynth.filters.gpu_busy import GpuBusyMonitor
-from opsynth.filters.workers import WorkerPool
+from opsynth.filters.workers import AHEAD_NICE, WorkerPool
 from opsynth.operator_catalog import catalog_version
 from opsynth.operator_catalog.registry import sampleable
 from opsynth.options import GenerateOptions, quotas
@@ -152,12 +152,12 @@ def _generate(
     pools = Pools(Shared(), Shared(), shapes)
     held: list[WorkerPool] = []
     if runs_in_this_process(beam_args):
-        # Start the workers now: they import torch and set up the device while round 0 composes its candidates.
+        # Start the workers now: they import torch and set up the device while round 0 composes its candidates,
+        # at a lower priority while they start, since those CPU stages are what the first execution waits for.
         # Held here for the whole run: Beam's Shared keeps only the last object acquired in a process alive.
-        held = [
-            pools.execution.acquire(lambda: WorkerPool(execution), tag=execution),
-            pools.shapes.acquire(lambda: WorkerPool(shapes), tag=shapes),
-        ]
+        shape_pool = pools.shapes.acquire(lambda: WorkerPool(shapes), tag=shapes)
+        execution_pool = pools.execution.acquire(lambda: WorkerPool(execution, start_nice=AHEAD_NICE), tag=execution)
+        held = [execution_pool, shape_pool]
     monitor = GpuBusyMonitor().__enter__() if execution.device == "cuda" else None
     session.extra = lambda: _gpu_record(monitor, held[0] if held else None, session.t0)
     last_round: dict[str, tuple[int, int]] = {}

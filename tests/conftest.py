@@ -67,8 +67,8 @@ def pools_made(monkeypatch) -> list:
     made: list[WorkerPool] = []
 
     class CountedPool(WorkerPool):
-        def __init__(self, cfg):
-            super().__init__(cfg)
+        def __init__(self, cfg, **kwargs):
+            super().__init__(cfg, **kwargs)
             made.append(self)
 
     for module in (opsynth.pipeline.run, opsynth.pipeline.stages):

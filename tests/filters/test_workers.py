@@ -88,3 +88,21 @@ def test_workers_keep_transformers_notice_about_standalone_attention_from_the_us
     logger.warning("another notice")
     err = capsys.readouterr().err
     assert "AttentionInterface" not in err and "another notice" in err
+
+
+NICENESS = fixtures.task(
+    "import os\nif os.getpriority(os.PRIO_PROCESS, 0) not in EXPECTED:\n"
+    "    raise RuntimeError(os.getpriority(os.PRIO_PROCESS, 0))\nreturn x * 2"
+)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "getpriority"), reason="POSIX only")
+def test_workers_started_ahead_give_their_priority_back_once_up_where_they_may():
+    import os
+
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    # Root may raise a priority again; another user's worker may stay at the lowered one.
+    expected = (mine,) if os.geteuid() == 0 else (mine, min(19, mine + 10))
+    with WorkerPool(CPU, start_nice=10) as pool:
+        (verdict,) = pool.run([Job("nice", NICENESS.replace("EXPECTED", repr(expected)), 1)])
+    assert verdict.reason == KEEP, verdict.detail
