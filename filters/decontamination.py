@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from opsynth import syntax
 from opsynth.config import (
     AST_SIMILARITY_THRESHOLD,
     KERNELBENCH_JACCARD_THRESHOLD,
@@ -50,7 +51,7 @@ def model_class_tree(source: str) -> ast.AST | None:
     if node is not None:
         return node
     try:
-        return ast.parse(source)
+        return syntax.parse(source)
     except SyntaxError:
         return None
 

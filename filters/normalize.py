@@ -14,6 +14,8 @@ import hashlib
 import io
 import tokenize
 
+from opsynth import syntax
+
 API_ROOTS = frozenset({"torch", "nn", "F", "math", "self", "super"}) | frozenset(dir(builtins))
 
 
@@ -120,7 +122,7 @@ class _Canonicalize(ast.NodeTransformer):
 def _parse(node_or_source: ast.AST | str) -> ast.AST | None:
     if isinstance(node_or_source, str):
         try:
-            return ast.parse(node_or_source)
+            return syntax.parse(node_or_source)
         except SyntaxError:
             return None
     return copy.deepcopy(node_or_source)

@@ -9,6 +9,8 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
+from opsynth import syntax
+
 
 class TaskLoadError(Exception):
     """The program does not compile, raises at import, or lacks Model / get_inputs / get_init_inputs."""
@@ -42,7 +44,7 @@ def load_task(source: str, filename: str = "<task>") -> LoadedTask:
 def model_class_node(source: str) -> ast.ClassDef | None:
     """The top-level `class Model` of a program, or None if it has none (or does not parse)."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError:
         return None
     for node in tree.body:

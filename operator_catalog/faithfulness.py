@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 
+from opsynth import syntax
 from opsynth.operator_catalog.arithmetic import BINARY
 
 # Bare arithmetic names (`add`) are written as their operator symbol (`x + self.bias`), as the catalog renders them.
@@ -41,7 +42,7 @@ def _module_types(cls: ast.ClassDef) -> dict[str, str]:
 
 
 def ops_in_forward(source: str) -> list[str]:
-    tree = ast.parse(source)
+    tree = syntax.parse(source)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
     forward = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
     modules = _module_types(cls)
@@ -92,7 +93,7 @@ def ops_mentioned(source: str, ops: list[str] | tuple[str, ...]) -> bool:
     `nn.MaxPool2d`, `sum` of `torch.sum`) as a name or an attribute, and bare arithmetic (`add`, `+`) as its
     operator too. The loose reading of `ops`, for code that does not apply one operator per statement."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError:
         return False
     names, symbols = set(), set()

@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from opsynth import syntax
 from opsynth.operator_catalog.entry import RenderedTask, TensorSpec, within_input_budget
 from opsynth.workload import Workload
 
@@ -70,7 +71,7 @@ def inline_source(cls: type) -> tuple[list[str], list[str]]:
         if obj.__name__ in done:
             return
         done.add(obj.__name__)
-        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
+        tree = syntax.parse(textwrap.dedent(inspect.getsource(obj)))
         for node in tree.body:
             if isinstance(node, ast.ClassDef | ast.FunctionDef):
                 node.decorator_list = []
@@ -93,7 +94,7 @@ def inline_source(cls: type) -> tuple[list[str], list[str]]:
 def render_transformers(entry: TransformersEntry, use: ModuleUse) -> RenderedTask:
     cls = entry.resolve()
     imports, definitions = inline_source(cls)
-    target = ast.parse(definitions[-1])
+    target = syntax.parse(definitions[-1])
     for node in ast.walk(target):
         if isinstance(node, ast.ClassDef) and node.name == entry.name:
             node.name = "Model"
