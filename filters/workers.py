@@ -173,8 +173,7 @@ class _Worker:
         self.conn.send(cage)
         self.conn.send(WorkerSetup(watch_path=watch_path, scratch=self.scratch, **setup))
         self.ready = False
-        self.spawned = time.monotonic()
-        self.ready_at = self.spawned  # when it said it was up, which the pool reads only once it looks
+        self.ready_at: float | None = None  # when it said it was up, which the pool reads only once it looks
         self.job: int | None = None  # the index of the job in hand
         self.started = time.monotonic()  # when the job in hand was handed over
         self.deadline = self.started + STARTUP_TIMEOUT_S  # to start
@@ -356,7 +355,7 @@ class WorkerPool:
                 return self._lost(slot, w, "the worker sent an unreadable message")
             if message["kind"] == "ready":
                 w.ready = True
-                w.ready_at = reported_time(message.get("at"), w.spawned, now)
+                w.ready_at = reported_time(message.get("at"), w.started, now)  # started: when it was spawned
                 if self.ready_at is None and all(other.ready for other in self._workers):
                     self.ready_at = max(other.ready_at for other in self._workers)
                 self.containment = self.containment or {**message["containment"], "pids_cgroup": w.cgroup is not None}
