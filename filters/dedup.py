@@ -1,24 +1,29 @@
-"""Within-set dedup: exact duplicates, near-duplicates, and repeats of one operator graph.
+"""Within-set dedup: exact duplicates, repeats of one task, and repeats of one operator graph.
 
-Exact duplicates (same normalized program) are dropped before execution. Near-duplicates (MinHash-LSH over
-token 3-grams of the normalized program) and rows beyond a cap per operator graph (a networkx graph hash)
-are dropped by the selection, in the run's order, so the dataset does not depend on how rounds split the
-candidates. All of it is linear in the number of candidates: no pairwise comparison of the whole set.
+Exact duplicates (the same normalized program) are dropped before execution. The selection then drops, in the
+run's order (so the dataset does not depend on how rounds split the candidates), a task already in the set and
+rows beyond a cap per operator graph (a networkx graph hash of the ordered operator list).
+
+What counts as the same task (`task_key`): the same operators, in the same order and spelling (module or
+function), with the same arguments and glue, on inputs of the same ranks, dtypes and extents, the batch
+extent aside: the shape calibration moves it to bring a task into the runtime window, so it says nothing about
+the task. A change of any argument (a kernel size, a reduction's dim, a stride), of an input's rank or of a
+non-batch extent (the 1,024 or 4,096 features a softmax runs over) makes another task. Each admitted row costs
+one hash: the state stays a set of keys and a counter of graphs, and no pairwise comparison is made.
 """
 
 from __future__ import annotations
 
+import ast
 import warnings
 from collections import Counter
 from collections.abc import Iterable
 from typing import TypeVar
 
 import networkx as nx
-from datasketch import LeanMinHash, MinHash, MinHashLSH
 
-from opsynth.config import DEDUP_MINHASH_SEED, MINHASH_PERMUTATIONS
-from opsynth.filters.minhash import token_minhash
-from opsynth.filters.normalize import code_tokens, content_hash, normalize_code
+from opsynth.filters.normalize import content_hash, normalize_code, normalized_tree
+from opsynth.operator_catalog.codegen import BATCH_NAMES
 
 T = TypeVar("T")
 
@@ -35,8 +40,25 @@ def split_group(members: Iterable[T], order_key, already_seen: bool) -> tuple[T 
     return ordered[0], ordered[1:]
 
 
-def program_minhash(source: str) -> MinHash:
-    return token_minhash(code_tokens(normalize_code(source)), DEDUP_MINHASH_SEED)
+def _batch_extent(stmt: ast.stmt) -> bool:
+    """`batch_size = 128` at module level, as the renderer writes a task's batch extent."""
+    return (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and stmt.targets[0].id in BATCH_NAMES
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, int)
+    )
+
+
+def task_key(source: str) -> str:
+    """The key of what the selection counts as one task: the normalized program less its batch extent."""
+    tree = normalized_tree(source)
+    if tree is None:
+        return dedup_key(source)
+    tree.body = [stmt for stmt in tree.body if not _batch_extent(stmt)]
+    return content_hash(ast.unparse(tree))
 
 
 def op_graph_hash(ops: Iterable[str]) -> str:
@@ -54,26 +76,27 @@ def op_graph_hash(ops: Iterable[str]) -> str:
 
 
 class WithinSetFilter:
-    """Admits candidates in order, refusing near-duplicates of earlier ones and graphs past their cap."""
+    """Admits candidates in order, refusing a task already admitted and graphs past their cap."""
 
-    def __init__(self, jaccard_threshold: float):
-        self.lsh = MinHashLSH(threshold=jaccard_threshold, num_perm=MINHASH_PERMUTATIONS)
-        self.jaccard_threshold = jaccard_threshold
+    def __init__(self):
         self.graphs: Counter = Counter()
-        self.signatures: dict[str, MinHash] = {}
+        self.tasks: dict[str, str] = {}  # task key -> the id of the row admitted with it
 
-    def admit(self, key: str, source: str, ops: Iterable[str], max_per_graph: int) -> str | None:
-        """None if admitted (and remembered); else why not."""
-        graph = op_graph_hash(ops)
+    def refusal(self, source: str, ops: Iterable[str], max_per_graph: int) -> str | None:
+        """Why a task would be refused now, or None; remembers nothing."""
+        return self._refusal(op_graph_hash(ops), task_key(source), max_per_graph)
+
+    def admit(self, name: str, source: str, ops: Iterable[str], max_per_graph: int) -> str | None:
+        """None if admitted (and remembered); else why not. `name` says which row it is in later refusals."""
+        graph, key = op_graph_hash(ops), task_key(source)
+        why = self._refusal(graph, key, max_per_graph)
+        if why is None:
+            self.tasks[key] = name
+            self.graphs[graph] += 1
+        return why
+
+    def _refusal(self, graph: str, key: str, max_per_graph: int) -> str | None:
         if self.graphs[graph] >= max_per_graph:
             return f"operator graph already in {max_per_graph} rows"
-        signature = program_minhash(source)
-        for other in sorted(self.lsh.query(signature)):
-            similarity = signature.jaccard(self.signatures[other])
-            if similarity >= self.jaccard_threshold:
-                return f"near-duplicate of {other} (MinHash Jaccard {similarity:.2f})"
-        lean = LeanMinHash(signature)  # the hash values alone: a third of a MinHash's memory
-        self.lsh.insert(key, lean)
-        self.signatures[key] = lean
-        self.graphs[graph] += 1
-        return None
+        admitted = self.tasks.get(key)
+        return None if admitted is None else f"the same task as {admitted} (its batch extent aside)"

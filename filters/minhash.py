@@ -1,5 +1,5 @@
-"""The one MinHash of a program's tokens, for within-set dedup and for KernelBench decontamination alike:
-MINHASH_PERMUTATIONS permutations over its MINHASH_SHINGLE-grams of tokens."""
+"""The MinHash of a program's tokens that KernelBench decontamination compares: MINHASH_PERMUTATIONS
+permutations over its MINHASH_SHINGLE-grams of tokens."""
 
 from __future__ import annotations
 

@@ -64,6 +64,11 @@ class _StripNoOps(ast.NodeTransformer):
         node.annotation = None
         return node
 
+    def visit_Module(self, node: ast.Module) -> ast.AST:
+        # A module's constants (a task's input extents) are read inside its functions: dead only if read nowhere.
+        self.loaded = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        return self.generic_visit(node)
+
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         node.returns = None
         outer = self.loaded

@@ -33,6 +33,8 @@ DIM_NAMES = {
     4: ("batch_size", "channels", "height", "width"),
     5: ("batch_size", "channels", "depth", "height", "width"),
 }
+# The constant that holds the batch extent, the one the shape calibration rescales (dim 0 of every rank).
+BATCH_NAMES = frozenset(names[0] for names in DIM_NAMES.values())
 IMPORTS = {"torch": "import torch", "nn": "import torch.nn as nn", "F": "import torch.nn.functional as F"}
 
 

@@ -91,19 +91,17 @@ SPEED_SAMPLES = 50  # executions it takes to correct the speed
 # compiled model's timing takes 2 warm-ups and 5 timed forwards.
 TIMING = {"cuda": (5, 10), "cpu": (2, 5)}
 
-# MinHash over token 3-grams (opsynth.filters.minhash): of the normalized Model class in decontamination, of the
-# normalized program in within-set dedup.
+# MinHash over token 3-grams (opsynth.filters.minhash) of the normalized Model class, in decontamination.
 MINHASH_PERMUTATIONS = 128
 MINHASH_SHINGLE = 3
 MINHASH_SEED = 1  # decontamination's (the embedded index was built with it)
-DEDUP_MINHASH_SEED = 7  # within-set dedup's
 AST_SIMILARITY_THRESHOLD = 0.9  # the paper: drop a task whose AST similarity to a KernelBench task exceeds this
 # A task whose Model class has this estimated Jaccard with a KernelBench Model class is a near-duplicate.
 KERNELBENCH_JACCARD_THRESHOLD = 0.85
 
-# Within-set dedup: near-duplicate programs and repeats of one operator graph.
-NEAR_DUPLICATE_JACCARD = 0.9  # MinHash Jaccard of normalized programs at which a later task is a near-duplicate
+# Within-set dedup (opsynth.filters.dedup): one row per task, and repeats of one operator graph.
 MAX_ROWS_PER_OP_GRAPH = 1  # rows that may share one ordered operator list (raised where a quota needs more)
+GRAPH_CAP_SLACK = 3  # where raised: this many times the rows per list an even spread would give
 # A round's candidates of a data source are needed, in index order, until as many are accepted as it misses
 # rows, plus this share and NEEDED_SPARE more for what the selection skips as duplicates; the execution stage
 # runs none after that point and the selection ignores any it ran. The selection skips about 2 % (12 of 656
@@ -132,9 +130,12 @@ BATCH_PER_WORKER = 64  # elsewhere: a batch per Beam worker, for each of its exe
 MAX_IDLE_ROUNDS = 4
 # `generate --plan` (pipeline/plan.py): a data source needs its rows / PLAN_EXECUTION_YIELD distinct tasks
 # from the CPU stages (on one H200 about 80 % of the candidates executed are kept), and its walk stops after
-# PLAN_SAMPLE candidates short of that, estimating what it holds from how its distinct tasks grew.
+# PLAN_SAMPLE candidates short of that, estimating what it holds from how its distinct tasks grew; an estimate
+# within PLAN_REACH of the need doubles the walk, up to PLAN_LONGEST_WALK candidates.
 PLAN_EXECUTION_YIELD = 0.7
 PLAN_SAMPLE = 1000
+PLAN_REACH = 2.0
+PLAN_LONGEST_WALK = 16_000
 # A data source is exhausted when a round that made at least EXHAUSTION_MIN_CANDIDATES of its candidates turned
 # fewer than EXHAUSTION_YIELD of them into rows (as single operators do once their distinct programs are used
 # up and most candidates repeat earlier ones): each further row would cost over a hundred candidates. Its missing

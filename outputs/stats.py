@@ -2,7 +2,7 @@
 
 Names are fixed so that tools can read them across runs: `counts.candidates`, `counts.rows`,
 `funnel[stage].{in,kept,dropped}`, `dropped_by_reason`. `accepted` counts candidates that passed every filter;
-the selection then skips near-duplicates and repeated operator graphs and stops at the quota.
+the selection then skips tasks already in the set and repeated operator graphs and stops at the quota.
 """
 
 from __future__ import annotations

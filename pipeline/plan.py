@@ -3,28 +3,31 @@
 A data source yields as many rows as it has distinct tasks that pass the CPU stages: once its programs repeat
 (single operators reach this first, their configurations being few), more candidates add nothing. The plan
 walks each source's candidates in the order a run makes them (the same seeds), through composition, the exact
-and near-duplicate dedup, the operator-graph cap of its quota and KernelBench decontamination, and counts the
-distinct tasks admitted. It stops once a source has what its rows need (the rows over PLAN_EXECUTION_YIELD,
+dedup, the selection's one row per task and operator-graph cap, and KernelBench decontamination, and counts
+the distinct tasks admitted. It stops once a source has what its rows need (the rows over PLAN_EXECUTION_YIELD,
 the share the execution stage is expected to keep), or after PLAN_SAMPLE candidates. A source still short
 then gets an estimate of what it holds: admitted tasks grow like C (1 - exp(-n / tau)) in the candidates
-walked, and the counts at n / 2 and n give C; where the second half admitted as many as the first, no end is
-in sight and the source is taken to hold enough. That fit undercounts a long tail, so a refusal near the
-boundary may be pessimistic; it never passes a source whose walk saw it run dry.
+walked, and the counts at n / 2 and n give C; where the second half admitted as many as the first (within the
+noise of a count), no end is in sight and the source is taken to hold enough. An estimate short of the need,
+but within PLAN_REACH of it, walks twice as far and asks again, up to PLAN_LONGEST_WALK candidates: the fit
+undercounts a long tail, so a refusal near the boundary would otherwise be pessimistic. It never passes a
+source whose walk saw it run dry.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 
-from opsynth.config import NEAR_DUPLICATE_JACCARD, PLAN_EXECUTION_YIELD, PLAN_SAMPLE
+from opsynth.config import PLAN_EXECUTION_YIELD, PLAN_LONGEST_WALK, PLAN_REACH, PLAN_SAMPLE
 from opsynth.data_sources import kind
 from opsynth.errors import UsageError
 from opsynth.filters.decontamination import decontaminate, load_reference
-from opsynth.filters.dedup import WithinSetFilter
+from opsynth.filters.dedup import WithinSetFilter, task_key
 from opsynth.operator_catalog.compose import CompositionError
 from opsynth.options import GenerateOptions, quotas
 from opsynth.pipeline.candidates import make_candidate
@@ -52,41 +55,72 @@ class SourcePlan:
 def capacity(half: int, distinct: int) -> int | None:
     """Distinct tasks a source holds, from those admitted among the first half of the candidates walked
     (`half`) and among all of them (`distinct`), under saturating growth; OPEN where the second half admitted
-    as many as the first."""
+    as many as the first, within two standard deviations of a count (its square root): no saturation shows."""
     if half <= 0:
         return distinct  # nothing passed in the first half: nothing to extrapolate from
-    ratio = distinct / half - 1  # exp(-n / (2 tau))
-    if ratio >= 1:
+    if half - (distinct - half) <= 2 * math.sqrt(half):
         return OPEN
+    ratio = distinct / half - 1  # exp(-n / (2 tau))
     return max(distinct, round(half / (1 - ratio)))
 
 
-def walk_source(options: GenerateOptions, source: str, rows: int, sample: int = PLAN_SAMPLE) -> SourcePlan:
-    """One data source's plan: its candidates in a run's order, until it has what its rows need or `sample`
-    were made."""
+def richness(draws: Counter) -> int:
+    """Tasks a source can draw at all, seen and unseen, from how often each task was drawn (`draws`, task key ->
+    times): Chao1's bias-corrected estimate, the tasks seen plus f1 (f1 - 1) / (2 (f2 + 1)), f1 and f2 the
+    tasks drawn once and twice. Where few tasks repeat it is large: it bounds the growth fit from above, which
+    cannot tell saturation in a short walk."""
+    once = sum(1 for n in draws.values() if n == 1)
+    twice = sum(1 for n in draws.values() if n == 2)
+    return len(draws) + once * (once - 1) // (2 * (twice + 1))
+
+
+def estimate(half: int, distinct: int, draws: Counter) -> int:
+    """What a source holds: the growth fit, bounded by the richness of its draws."""
+    fit, rich = capacity(half, distinct), richness(draws)
+    return rich if fit is OPEN else min(fit, rich)
+
+
+def walk_source(
+    options: GenerateOptions, source: str, rows: int, sample: int = PLAN_SAMPLE, longest: int = PLAN_LONGEST_WALK
+) -> SourcePlan:
+    """One data source's plan: its candidates in a run's order, until it has what its rows need. After `sample`
+    candidates, and after each doubling of them up to `longest`, the estimate decides: met, or short by more
+    than PLAN_REACH; in between, the walk goes on (the estimate is least sure near the need)."""
     needed = math.ceil(rows / PLAN_EXECUTION_YIELD)
     index = load_reference(options.kernelbench)
-    near = WithinSetFilter(NEAR_DUPLICATE_JACCARD)
+    within = WithinSetFilter()
     cap = None if kind(source) == "transformers" else rows_per_graph(source, rows)
     seen: set[str] = set()
+    draws: Counter = Counter()
     distinct = half = walked = 0
-    while walked < sample and distinct < needed:
-        spec = CandidateSpec(source, walked, candidate_seed(options.seed, source, walked))
-        walked += 1
-        try:
-            candidate = make_candidate(spec, options.sizes, op_weights=options.op_weights)
-        except CompositionError:
-            candidate = None
-        if candidate is not None and candidate.dedup_key not in seen:
+    checkpoint = sample
+    while True:
+        while walked < checkpoint and distinct < needed:
+            if walked == checkpoint // 2:
+                half = distinct
+            spec = CandidateSpec(source, walked, candidate_seed(options.seed, source, walked))
+            walked += 1
+            try:
+                candidate = make_candidate(spec, options.sizes, op_weights=options.op_weights)
+            except CompositionError:
+                continue
+            draws[task_key(candidate.code)] += 1
+            if candidate.dedup_key in seen:
+                continue
             seen.add(candidate.dedup_key)
-            clean = decontaminate(candidate.code, index, options.similarity_threshold, options.jaccard_threshold)
             # transformers rows are variants of one class by design: only exact duplicates apply to them
-            if clean.kept and (cap is None or near.admit(candidate.id, candidate.code, candidate.ops, cap) is None):
+            if cap is not None and within.refusal(candidate.code, candidate.ops, cap) is not None:
+                continue
+            if decontaminate(candidate.code, index, options.similarity_threshold, options.jaccard_threshold).kept:
+                if cap is not None:
+                    within.admit(candidate.id, candidate.code, candidate.ops, cap)
                 distinct += 1
-        if walked == sample // 2:
-            half = distinct
-    held = capacity(half, distinct) if distinct < needed else OPEN
-    return SourcePlan(source, rows, needed, walked, distinct, held)
+        if distinct >= needed:
+            return SourcePlan(source, rows, needed, walked, distinct, OPEN)
+        held = estimate(half, distinct, draws)
+        if held >= needed or held * PLAN_REACH < needed or 2 * checkpoint > longest:
+            return SourcePlan(source, rows, needed, walked, distinct, held)
+        checkpoint *= 2
 
 
 def _walk(args: tuple) -> SourcePlan:

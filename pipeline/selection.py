@@ -1,7 +1,8 @@
 """Selection: exactly the quota of each data source, taken from the accepted candidates in index order.
 
-Near-duplicates of earlier rows of the same data source and rows past the cap of their operator graph are
-skipped (reason `duplicate`, stage `select`); transformers rows, variants of one class by design, are exempt.
+A task already among the rows of its data source (`opsynth.filters.dedup.task_key`: the same program but for
+its batch extent) and rows past the cap of their operator graph are skipped (reason `duplicate`, stage
+`select`); transformers rows, variants of one class by design, are exempt.
 The walk is in index order and later rounds only add higher indices. The dedup stage sends a round only as
 many candidates per operator graph as the cap leaves, so which candidates reach the selection depends on the
 round plan too; that plan depends only on the seed and earlier rounds' verdicts, so a resumed or repeated run
@@ -16,8 +17,8 @@ from collections import Counter
 
 from opsynth.config import (
     DATA_SOURCES,
+    GRAPH_CAP_SLACK,
     MAX_ROWS_PER_OP_GRAPH,
-    NEAR_DUPLICATE_JACCARD,
     NEEDED_MARGIN,
     NEEDED_SPARE,
 )
@@ -33,22 +34,23 @@ NOT_NEEDED_DETAIL = "enough earlier candidates of its data source were accepted"
 def rows_per_graph(source: str, quota: int) -> int:
     """The cap on rows sharing one ordered operator list: MAX_ROWS_PER_OP_GRAPH, raised where the quota asks
     for more rows than the catalog has such lists (torch#1 in a 60K set has only as many lists as operators),
-    with room to spare for what the filters drop."""
+    GRAPH_CAP_SLACK times the even share: the operators are not drawn evenly (ops6k weights), and the rarely
+    drawn ones leave their share to the others."""
     lists = math.perm(len(sampleable("torch")), operator_count(source))
-    return max(MAX_ROWS_PER_OP_GRAPH, math.ceil(2 * quota / lists))
+    return max(MAX_ROWS_PER_OP_GRAPH, math.ceil(GRAPH_CAP_SLACK * quota / lists))
 
 
 class Selector:
     """Admits accepted candidates round by round: per data source in index order, up to its quota.
 
     Each round's candidates come after every earlier round's in their source's index order, so admitting them
-    round by round selects what one walk over all of them would. Near-duplicates are looked for within a data
-    source (chains of different lengths are not near-duplicates of each other). It keeps, per admitted row,
-    the MinHash signature and the operator-graph count, never the code."""
+    round by round selects what one walk over all of them would. Repeated tasks are looked for within a data
+    source (chains of different lengths are never the same task). It keeps, per admitted row, its task key and
+    the operator-graph count, never the code."""
 
     def __init__(self, quota: dict[str, int]):
         self.quota = dict(quota)
-        self.filters = {s: WithinSetFilter(NEAR_DUPLICATE_JACCARD) for s in quota}
+        self.filters = {s: WithinSetFilter() for s in quota}
         self.rows: Counter = Counter()
         self.last_index: dict[str, int] = {}
 

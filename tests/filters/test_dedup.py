@@ -1,4 +1,4 @@
-from opsynth.filters.dedup import WithinSetFilter, dedup_key, op_graph_hash, split_group
+from opsynth.filters.dedup import WithinSetFilter, dedup_key, op_graph_hash, split_group, task_key
 from tests import fixtures
 
 
@@ -25,17 +25,49 @@ def test_operator_graph_hash_follows_the_ordered_ops():
     assert op_graph_hash(["nn.Conv2d", "torch.relu"]) != op_graph_hash(["torch.relu", "nn.Conv2d"])
 
 
-def test_within_set_filter_caps_graphs_and_refuses_near_duplicates():
+def _rebatched(source: str) -> str:
+    """The same program with another batch extent."""
+    import re
+
+    return re.sub(r"(?m)^batch_size = (\d+)$", lambda m: f"batch_size = {int(m.group(1)) * 2 + 3}", source)
+
+
+def test_module_constants_read_by_the_program_are_part_of_its_key():
     from opsynth.config import WORKLOADS
     from opsynth.operator_catalog.codegen import render
     from opsynth.operator_catalog.compose import compose
 
-    within = WithinSetFilter(jaccard_threshold=0.9)
+    source = render(compose(3, 2, WORKLOADS["tiny"], 64)).source
+    assert _rebatched(source) != source
+    assert dedup_key(_rebatched(source)) != dedup_key(source)  # another size is another program
+    assert dedup_key(source + "\nunused = 5\n") == dedup_key(source)  # a constant nothing reads is no change
+
+
+def test_the_same_task_is_the_same_program_but_for_its_batch_extent():
+    from opsynth.config import WORKLOADS
+    from opsynth.operator_catalog.codegen import render
+    from opsynth.operator_catalog.compose import compose
+
+    source = render(compose(3, 2, WORKLOADS["tiny"], 64)).source
+    assert task_key(_rebatched(source)) == task_key(source)
+    for line in source.splitlines():
+        if line.split(" = ")[0] in {"channels", "in_features", "length", "height", "width", "depth"}:
+            name, value = line.split(" = ")
+            assert task_key(source.replace(line, f"{name} = {int(value) + 1}")) != task_key(source), name
+    widened = source.replace("def forward(self, x):", "def forward(self, x):\n        x = x * 2")
+    assert task_key(widened) != task_key(source)
+
+
+def test_within_set_filter_caps_graphs_and_refuses_a_task_already_admitted():
+    from opsynth.config import WORKLOADS
+    from opsynth.operator_catalog.codegen import render
+    from opsynth.operator_catalog.compose import compose
+
+    within = WithinSetFilter()
     relu = ["torch.relu"]
     task = render(compose(3, 4, WORKLOADS["tiny"], 64))
     assert within.admit("a", task.source, task.ops, 2) is None
-    near = task.source.replace("batch_size = ", "batch_size = 1 + ")
-    assert "near-duplicate of a" in within.admit("b", near, ["nn.Linear", "torch.sigmoid"], 2)
+    assert "the same task as a" in within.admit("b", _rebatched(task.source), ["nn.Linear", "torch.sigmoid"], 2)
     assert within.admit("c", fixtures.CONSTANT, relu, 2) is None
     assert within.admit("d", fixtures.VANISHING, relu, 2) is None
     assert "operator graph" in within.admit("e", fixtures.NAN, relu, 2)
@@ -54,7 +86,7 @@ def test_selection_takes_the_quota_in_index_order_skipping_duplicates():
 
     task = render(compose(5, 1, WORKLOADS["tiny"], 64)).source
     accepted = {"torch#1": [cand(4, fixtures.VANISHING, ["*"]), cand(1, task, ["nn.Linear"]),
-                            cand(2, task.replace("batch_size = ", "batch_size = 1 + "), ["nn.Linear"]),
+                            cand(2, _rebatched(task), ["nn.Linear"]),
                             cand(3, fixtures.CONSTANT, ["torch.ones_like"])]}  # fmt: skip
     selected, skipped = select(accepted, {"torch#1": 2})
     assert [c.index for c in selected["torch#1"]] == [1, 3]
@@ -68,7 +100,7 @@ def test_the_graph_cap_grows_where_a_quota_needs_more_rows_than_there_are_operat
     from opsynth.pipeline.selection import rows_per_graph
 
     operators = len(sampleable("torch"))
-    assert rows_per_graph("torch#1", 204) == math.ceil(2 * 204 / operators)  # 204 rows, ~316 single-op lists
-    assert rows_per_graph("torch#1", 2040) * operators >= 2 * 2040  # ops60k: 2,040 rows, one single-op list each
+    assert rows_per_graph("torch#1", 204) == math.ceil(3 * 204 / operators)  # 204 rows, ~316 single-op lists
+    assert rows_per_graph("torch#1", 2040) * operators >= 3 * 2040  # ops60k: 2,040 rows, one single-op list each
     assert rows_per_graph("torch#2", 5026) == 1  # ordered pairs of operators are plenty: each list once
-    assert rows_per_graph("torch#1", 20_400) == math.ceil(2 * 20_400 / operators)  # ops600k
+    assert rows_per_graph("torch#1", 20_400) == math.ceil(3 * 20_400 / operators)  # ops600k

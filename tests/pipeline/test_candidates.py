@@ -10,7 +10,7 @@ from opsynth.operator_catalog.compose import CompositionError
 from opsynth.pipeline.candidates import make_candidate
 from opsynth.records import CandidateSpec
 
-FINGERPRINT = "55ceb2f13e5c2dcec004b1b094df0193120c0ca6ce9629dccb2e3166a8d46ee5"
+FINGERPRINT = "cabf4472221cce11e2c4f64a9d5cda609b61be8daecf7febcc80d423e3296fd2"
 
 
 def test_the_first_candidates_of_every_data_source_are_those_of_the_catalog_version():
