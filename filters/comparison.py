@@ -1,5 +1,6 @@
 """How two forwards' outputs are compared: every tensor of a result, in order, and the agent's tolerance rule
-(assert_close's, without its message), deciding large tensors that differ on their first elements there."""
+(assert_close's, without its message), deciding large tensors that differ on their first elements there; and
+how many of their elements differ, for telling input draws apart."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import torch
 
 PROBE_ELEMENTS = 4096  # outputs are compared on their first elements first: one that differs there is decided
+COUNT_CHUNK = 1 << 24  # elements compared at a time when counting those that differ (a bounded temporary)
 
 
 def flatten_outputs(out: Any) -> list[torch.Tensor]:
@@ -48,3 +50,30 @@ def tensors_close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) ->
 
 def outputs_close(a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rtol: float) -> bool:
     return len(a) == len(b) and all(tensors_close(x, y, atol, rtol) for x, y in zip(a, b, strict=True))
+
+
+def _beyond(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> int:
+    """Elements of a beyond the tolerance of b (unequal, for integers and bools)."""
+    if a.is_floating_point() or a.is_complex():
+        return int((~torch.isclose(a, b.to(a.dtype), rtol=rtol, atol=atol)).sum())
+    return int((a != b.to(a.dtype)).sum())
+
+
+def differing_elements(a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rtol: float, enough: int) -> int:
+    """How many elements of the outputs `a` lie beyond the tolerance of `b`'s, counted COUNT_CHUNK at a time
+    and no further than `enough`; a tensor of another shape (or a missing one) counts all its elements."""
+    if len(a) != len(b):
+        return enough
+    found = 0
+    for x, y in zip(a, b, strict=True):
+        if found >= enough:
+            break
+        if x.shape != y.shape:
+            found += max(1, x.numel())
+            continue
+        x, y = x.reshape(-1), y.reshape(-1)
+        for start in range(0, x.numel(), COUNT_CHUNK):
+            found += _beyond(x[start : start + COUNT_CHUNK], y[start : start + COUNT_CHUNK], atol, rtol)
+            if found >= enough:
+                break
+    return min(found, enough)

@@ -232,11 +232,15 @@ def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
         return "distinguishable"
 
     zeros, ones = torch.zeros(10_000), torch.ones(10_000)
-    assert judged([zeros, zeros + 1e-3]) == "outputs of input draws 0 and 1 agree within tolerance"
+    alike = "outputs of input draws 0 and 1 differ beyond tolerance in under 0.1% of their elements"
+    assert judged([zeros, zeros + 1e-3]) == alike
     spike = zeros.clone()
     spike[-1] = 5.0  # zero on the probe, not beyond it
     assert judged([zeros + 1.0, spike]) == "distinguishable"
-    assert judged([spike, spike * 2]) == "distinguishable"
+    assert judged([spike, spike * 2]) == alike  # one element of 10,000 apart: a seed's extremes, not the task
+    tail = zeros.clone()
+    tail[-20:] = 5.0  # 0.2 % of the elements, all beyond the probe
+    assert judged([tail, tail * 2]) == "distinguishable"
     assert judged([ones, ones * 2]) == "each output is a constant within tolerance"
     step = ones.clone()
     step[-1] = 3.0
@@ -247,6 +251,36 @@ def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
         with pytest.raises(CheckFailed) as failed:
             _check_outputs([[base], [holed]], [base], CPU)
         assert failed.value.verdict.reason == NOT_FINITE
+
+
+def test_differing_elements_are_counted_chunk_by_chunk_up_to_enough(monkeypatch):
+    from opsynth.filters import comparison
+    from opsynth.filters.comparison import differing_elements
+
+    monkeypatch.setattr(comparison, "COUNT_CHUNK", 1000)
+    a = torch.zeros(10_000)
+    b = a.clone()
+    b[::100] = 1.0  # 100 elements apart, ten per chunk
+    assert differing_elements([a], [b], 1e-2, 1e-2, 10**6) == 100
+    assert differing_elements([a], [b], 1e-2, 1e-2, 15) == 15
+    assert differing_elements([a.int()], [b.int()], 0, 0, 10**6) == 100  # integers: unequal
+    assert differing_elements([a], [a.reshape(100, 100)], 1e-2, 1e-2, 10**6) == 10_000  # another shape
+    assert differing_elements([a], [a, a], 1e-2, 1e-2, 7) == 7
+
+
+def test_a_saturated_output_is_indistinguishable_whatever_the_seed():
+    """tanh of a log_softmax over 2,048 values is -1 within tolerance but for a seed's largest inputs."""
+    from opsynth.filters.execution import CheckFailed, _check_outputs
+
+    draws = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(256, 2048)
+        x[0, 0] = 6.0  # one extreme input, as a large draw has: its output element is told apart
+        draws.append([torch.tanh(torch.log_softmax(x, dim=1))])
+    with pytest.raises(CheckFailed) as failed:
+        _check_outputs(draws, draws[0], CPU)
+    assert failed.value.verdict.reason == "indistinguishable_outputs"
 
 
 def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
