@@ -333,24 +333,42 @@ def _warn(message: str) -> None:
 
 
 class _Tally:
-    """This process's fresh verdicts in one execution stage, reported (to stderr) as they are checkpointed."""
+    """This process's fresh verdicts in one execution stage, reported (to stderr) as they are checkpointed: how
+    many of the candidates it was handed have run, how many of the kept ones the fill point still asks for are in,
+    and the time that leaves at the rate they come in."""
 
     def __init__(self):
-        self.checked = self.kept = 0
+        self.checked = self.kept = self.handed = self.needed = 0
         self.started: float | None = None
 
-    def start(self) -> None:
+    def start(self, handed: int, needed: int | None) -> None:
+        """A batch begins: `handed` candidates to run, of which `needed` are wanted kept (None: all of them run)."""
         if self.started is None:
             self.started = time.monotonic()
+        self.handed += handed
+        self.needed += handed if needed is None else min(handed, max(0, needed))
 
     def add(self, verdict: Verdict) -> None:
         self.checked += 1
         self.kept += verdict.kept
 
+    def line(self, elapsed: float) -> str:
+        done = f"executed {self.checked:,} of at most {self.handed:,} candidates, kept {self.kept:,}"
+        if self.needed:
+            done += f" of the {self.needed:,} needed ({min(1.0, self.kept / self.needed):.0%})"
+        if elapsed <= 0:
+            return done
+        done += f" ({elapsed:.0f} s, {self.checked / elapsed:.1f}/s"
+        if 0 < self.kept < self.needed:
+            done += f", about {_duration((self.needed - self.kept) * elapsed / self.kept)} left"
+        return done + ")"
+
     def report(self) -> None:
-        elapsed = time.monotonic() - (self.started or time.monotonic())
-        rate = f", {self.checked / elapsed:.1f}/s" if elapsed > 0 else ""
-        print(f"  executed {self.checked:,} candidates, kept {self.kept:,} ({elapsed:.0f} s{rate})", file=sys.stderr)
+        print(f"  {self.line(time.monotonic() - (self.started or time.monotonic()))}", file=sys.stderr)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 class _Checkpointer:
@@ -426,7 +444,9 @@ class _ExecuteBatchFn(beam.DoFn):
                     fill.add(candidate, checkpointed[1].kept)
         Metrics.counter(COUNTER_NAMESPACE, "execute_reused").inc(len(results))
         if todo:
-            self.tally.start()
+            # the kept candidates the fill point asks of this batch, beyond those its checkpoints hold
+            needed = None if fill is None else sum(fill.wanted.values()) - sum(len(a) for a in fill.accepted.values())
+            self.tally.start(len(todo), needed)
             checkpoint = _Checkpointer(self.progress, todo, self.tally)
 
             def on_result(i: int, result: tuple) -> None:

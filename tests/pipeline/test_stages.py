@@ -114,19 +114,36 @@ def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reporte
 
     candidates = [_candidate(i, fixtures.GOOD) for i in range(3)]
     tally = opsynth.pipeline.stages._Tally()
-    tally.start()
+    tally.start(3, 2)
     checkpoint = opsynth.pipeline.stages._Checkpointer(Progress(), candidates, tally)
     checkpoint.add(2, (candidates[2], Verdict(KEEP, ""), 0))
     checkpoint.add(0, (candidates[0], Verdict(RUNTIME_BELOW_WINDOW, "eager 0.1 ms < 1.0 ms"), 2))
     assert recorded == []  # within the interval: held
     checkpoint.flush()
     assert recorded == [[2, 0]]
-    assert "executed 2 candidates, kept 1" in capsys.readouterr().err
+    assert "executed 2 of at most 3 candidates, kept 1 of the 2 needed (50%)" in capsys.readouterr().err
     monkeypatch.setattr(opsynth.pipeline.stages, "CHECKPOINT_EVERY_S", 0.0)
     checkpoint.add(1, (candidates[1], Verdict(KEEP, ""), 0))
     checkpoint.flush()  # nothing left to write
     assert recorded == [[2, 0], [1]]
-    assert "executed 3 candidates, kept 2" in capsys.readouterr().err
+    assert "executed 3 of at most 3 candidates, kept 2 of the 2 needed (100%)" in capsys.readouterr().err
+
+
+def test_the_progress_line_says_what_is_left_at_the_rate_kept_candidates_come_in():
+    import opsynth.pipeline.stages
+
+    tally = opsynth.pipeline.stages._Tally()
+    tally.start(400, 100)
+    for reason in [KEEP] * 25 + [RUNTIME_BELOW_WINDOW] * 15:
+        tally.add(Verdict(reason, ""))
+    line = tally.line(60.0)  # 25 of 100 kept in a minute: three more minutes
+    assert (
+        line == "executed 40 of at most 400 candidates, kept 25 of the 100 needed (25%) (60 s, 0.7/s, about 3 min left)"
+    )
+    unbounded = opsynth.pipeline.stages._Tally()
+    unbounded.start(10, None)  # every candidate runs: all of them are needed
+    unbounded.add(Verdict(KEEP, ""))
+    assert unbounded.line(2.0).endswith("kept 1 of the 10 needed (10%) (2 s, 0.5/s, about 18 s left)")
 
 
 def test_an_execution_stage_asked_for_one_accepted_candidate_runs_no_more_than_it_needs(tmp_path):
