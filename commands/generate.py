@@ -104,8 +104,20 @@ def run(args) -> int:
         return 0
     from opsynth.pipeline.run import generate
 
-    result = generate(options, extra)
+    result = generate(options, quiet_workers(extra))
     return 0 if result.rows == num_samples else 1
+
+
+WORKER_LOG_LEVEL = "--default_sdk_harness_log_level"
+
+
+def quiet_workers(beam_args: list[str]) -> list[str]:
+    """Beam's options, with its SDK workers (the local runner's multi-processing mode, a portable runner's
+    pool) logging errors only, where no level is given: their INFO and WARNING lines (channels established,
+    harness starting) would fill the terminal between the progress lines, some 25 a worker."""
+    if any(a == WORKER_LOG_LEVEL or a.startswith(f"{WORKER_LOG_LEVEL}=") for a in beam_args):
+        return beam_args
+    return [*beam_args, f"{WORKER_LOG_LEVEL}=ERROR"]
 
 
 def _unknown_beam_args(extra: list[str]) -> list[str]:

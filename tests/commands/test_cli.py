@@ -312,3 +312,12 @@ def test_help_and_usage_errors_import_neither_torch_nor_beam():
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_beam_workers_log_errors_only_unless_a_level_is_given():
+    from opsynth.commands.generate import quiet_workers
+
+    mode = ["--direct_running_mode", "multi_processing"]
+    assert quiet_workers(mode) == [*mode, "--default_sdk_harness_log_level=ERROR"]
+    assert quiet_workers(["--default_sdk_harness_log_level=DEBUG"]) == ["--default_sdk_harness_log_level=DEBUG"]
+    assert quiet_workers(["--default_sdk_harness_log_level", "INFO"]) == ["--default_sdk_harness_log_level", "INFO"]
