@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 from opsynth.commands.arguments import add_command, add_execution_args, execution_settings, load_kernelbench, positive
 from opsynth.config import DEFAULT_PRESET
 from opsynth.errors import UsageError
@@ -59,6 +62,16 @@ def register(sub) -> None:
         help="a distributed runner: the accelerator resource hint of the execution stage alone, in the runner's "
         "format (Dataflow: 'type:nvidia-l4;count:1;install-nvidia-driver'), so the CPU stages can run on CPU workers",
     )
+    shown = gen.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--quiet", action="store_true", help="no progress lines: only warnings, errors and the last line"
+    )
+    shown.add_argument(
+        "--json",
+        action="store_true",
+        help="no progress lines; on success, one JSON line on stdout: folder, rows, rows per data source, what each "
+        "stage kept, executions, seconds of generate",
+    )
     add_execution_args(gen)
 
 
@@ -93,6 +106,7 @@ def run(args) -> int:
         op_weights=args.op_weights or preset["op_weights"],
         batch_size=batch_size,
         accelerator=args.accelerator or None,
+        quiet=args.quiet or args.json,
         **settings,
     )
     if args.plan:
@@ -104,8 +118,41 @@ def run(args) -> int:
         return 0
     from opsynth.pipeline.run import generate
 
-    result = generate(options, quiet_workers(extra))
+    result = generate(options, quiet_workers(extra), log=_silent if options.quiet else _progress)
+    print(json.dumps(summary(result), sort_keys=True) if args.json else last_line(result))
     return 0 if result.rows == num_samples else 1
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _silent(message: str) -> None:
+    pass
+
+
+def last_line(result) -> str:
+    """What a finished `generate` says last, on stdout."""
+    if result.already_complete:
+        return f"{result.out} already holds the finished dataset ({result.rows} rows); nothing to do"
+    return f"wrote {result.rows} rows to {result.out / 'data'}; funnel and settings in {result.out / 'stats.json'}"
+
+
+def summary(result) -> dict:
+    """`generate --json`: the run in one line, from its stats.json."""
+    stats = result.stats
+    counts = stats.get("counts", {})
+    return {
+        "folder": str(result.out),
+        "rows": result.rows,
+        "rows_per_data_source": stats.get("rows_per_data_source"),
+        # what each stage kept; the selection keeps the rows (accepted candidates beyond the quota are not kept)
+        "funnel": {stage: row["kept"] for stage, row in stats.get("funnel", {}).items()} | {"select": result.rows},
+        "executions": counts.get("executions"),
+        "executions_per_row": counts.get("executions_per_row"),
+        "sessions_s": stats.get("timings_s", {}).get("sessions_total"),
+        "already_complete": result.already_complete,
+    }
 
 
 WORKER_LOG_LEVEL = "--default_sdk_harness_log_level"

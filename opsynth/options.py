@@ -37,6 +37,7 @@ class GenerateOptions:
     work_dir: str | None = None  # round outputs and checkpoints, anywhere Beam can write (default DIR/.opsynth)
     max_elements: int | None = None  # the element budget where the GPU's memory sets it (else the workload's)
     accelerator: str | None = None  # the execution stage's accelerator resource hint, in the runner's format
+    quiet: bool = False  # no progress lines: only warnings, errors and the final line
 
     @property
     def sizes(self) -> Workload:
@@ -50,7 +51,7 @@ class GenerateOptions:
         d.pop("out")
         d.pop("work_dir")
         d["runtime_window_ms"] = list(self.runtime_window_ms)
-        for volatile in ("workers", "batch_size", "timeout_s", "shared_checks", "accelerator"):
+        for volatile in ("workers", "batch_size", "timeout_s", "shared_checks", "accelerator", "quiet"):
             d.pop(volatile)
         return d
 

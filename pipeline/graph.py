@@ -111,7 +111,14 @@ def build_execute(
         | "SpreadOverWorkers" >> beam.Reshuffle()
     )
     execute = ExecuteCandidates(
-        execution, options.batch_size, options.sizes, progress_dir, options.op_weights, pool, wanted
+        execution,
+        options.batch_size,
+        options.sizes,
+        progress_dir,
+        options.op_weights,
+        pool,
+        wanted,
+        report=not options.quiet,
     )
     if options.accelerator:
         execute = execute.with_resource_hints(accelerator=options.accelerator)

@@ -99,7 +99,6 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         work_root = options.work_dir or str(state)
         stats = workfiles.read_json(str(out / "stats.json"))
         if isinstance(stats, dict) and "counts" in stats:
-            log(f"{out} already holds the finished dataset ({stats['counts']['rows']} rows); nothing to do")
             return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
         with SessionClock(work_root) as session:
             return _generate(options, beam_args, log, quota, work_root, session)
@@ -304,5 +303,4 @@ def _generate(
     write_figures(out, figure_data, stats)
     write_card(out / "README.md", stats, {"default": split_info(task_shards), "rejected": split_info(rejected_shards)})
     write_text_atomic(out / "stats.json", json.dumps(stats, indent=2, sort_keys=True))
-    log(f"wrote {stats['counts']['rows']} rows to {out / 'data'}; funnel and settings in {out / 'stats.json'}")
     return RunResult(out, stats["counts"]["rows"], stats)

@@ -337,9 +337,10 @@ class _Tally:
     many of the candidates it was handed have run, how many of the kept ones the fill point still asks for are in,
     and the time that leaves at the rate they come in."""
 
-    def __init__(self):
+    def __init__(self, report: bool = True):
         self.checked = self.kept = self.handed = self.needed = 0
         self.started: float | None = None
+        self.quiet = not report
 
     def start(self, handed: int, needed: int | None) -> None:
         """A batch begins: `handed` candidates to run, of which `needed` are wanted kept (None: all of them run)."""
@@ -364,6 +365,8 @@ class _Tally:
         return done + ")"
 
     def report(self) -> None:
+        if self.quiet:
+            return
         print(f"  {self.line(time.monotonic() - (self.started or time.monotonic()))}", file=sys.stderr)
 
 
@@ -415,6 +418,7 @@ class _ExecuteBatchFn(beam.DoFn):
         op_weights: str,
         pool: Shared,
         wanted: dict[str, int] | None = None,
+        report: bool = True,
     ):
         self.config = config
         self.wanted = wanted
@@ -424,7 +428,7 @@ class _ExecuteBatchFn(beam.DoFn):
         self.shared_pool = pool
         self.pool: WorkerPool | None = None
         self.progress: ExecutionProgress | None = None
-        self.tally = _Tally()
+        self.tally = _Tally(report)
 
     def setup(self) -> None:
         # One pool per process for every pipeline given the same handle: a run's rounds start workers once.
@@ -505,9 +509,11 @@ class ExecuteCandidates(beam.PTransform):
         op_weights: str = "uniform",
         pool: Shared | None = None,
         wanted: dict[str, int] | None = None,
+        report: bool = True,
     ):
         super().__init__()
         self.wanted = wanted
+        self.report = report
         self.config = config
         self.batch_size = batch_size
         self.workload = workload
@@ -521,6 +527,14 @@ class ExecuteCandidates(beam.PTransform):
             | "Batch" >> beam.BatchElements(min_batch_size=self.batch_size, max_batch_size=self.batch_size)
             | "RunChecks"
             >> beam.ParDo(
-                _ExecuteBatchFn(self.config, self.workload, self.progress_dir, self.op_weights, self.pool, self.wanted)
+                _ExecuteBatchFn(
+                    self.config,
+                    self.workload,
+                    self.progress_dir,
+                    self.op_weights,
+                    self.pool,
+                    self.wanted,
+                    self.report,
+                )
             ).with_outputs(REJECTED, main=KEPT)
         )

@@ -121,15 +121,28 @@ def test_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(g
     assert "seed" in capsys.readouterr().err
 
 
-def test_same_seed_same_dataset_on_both_local_runners_and_resume_after_losing_the_outputs(tmp_path):
+def test_same_seed_same_dataset_on_both_local_runners_and_resume_after_losing_the_outputs(tmp_path, capsys):
     # A window no task can leave: timing noise at a window's edge may legitimately change a verdict.
     argv = ["--num-samples", "10", "--seed", "11", *TINY, "--no-compile-check", "--runtime-window-ms", "0,10000"]
     assert main(["generate", "--out", str(tmp_path / "a"), *argv]) == 0
-    assert main(["generate", "--out", str(tmp_path / "b"), *argv]) == 0
+    shown = capsys.readouterr()
+    assert "round 0:" in shown.err and shown.out.startswith("wrote 10 rows to ")
+    assert main(["generate", "--out", str(tmp_path / "b"), *argv, "--json"]) == 0
+    shown = capsys.readouterr()
+    summary = json.loads(shown.out)  # one JSON line on stdout, no progress anywhere
+    assert (
+        summary["rows"] == 10
+        and summary["folder"] == str(tmp_path / "b")
+        and sum(summary["rows_per_data_source"].values()) == 10
+    )
+    assert summary["funnel"]["select"] == 10 and summary["funnel"]["compose"] >= 10 and not shown.err
     multi = ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]
     assert main(["generate", "--out", str(tmp_path / "c"), *argv, *multi]) == 0
     # Rounds and checkpoints in a separate work folder (an object store on a distributed runner).
-    assert main(["generate", "--out", str(tmp_path / "d"), "--work-dir", str(tmp_path / "work"), *argv]) == 0
+    capsys.readouterr()
+    assert main(["generate", "--out", str(tmp_path / "d"), "--work-dir", str(tmp_path / "work"), *argv, "--quiet"]) == 0
+    shown = capsys.readouterr()
+    assert shown.out.startswith("wrote 10 rows to ") and shown.out.count("\n") == 1 and not shown.err
     assert sorted(p.name for p in (tmp_path / "d" / ".opsynth").iterdir()) == ["config.json", "lock"]
     assert (tmp_path / "work" / "round-00000" / "_SUCCESS").exists()
     ids = [load_dataset(str(tmp_path / d), split="train")["id"] for d in "abcd"]
