@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from opsynth import syntax
 from opsynth.config import (
     AST_SIMILARITY_THRESHOLD,
     KERNELBENCH_JACCARD_THRESHOLD,
@@ -45,17 +44,6 @@ class ReferenceError_(ValueError):
     """The KernelBench reference cannot be read or has the wrong shape."""
 
 
-def model_class_tree(source: str) -> ast.AST | None:
-    """The `Model` class of a program, or the whole module when it has none (None if it does not parse)."""
-    node = model_class_node(source)
-    if node is not None:
-        return node
-    try:
-        return syntax.parse(source)
-    except SyntaxError:
-        return None
-
-
 def minhash_signature(canonical: ast.AST | None) -> np.ndarray:
     """MinHash of token 3-grams of a canonicalized tree."""
     tokens = code_tokens(ast.unparse(canonical)) if canonical is not None else []
@@ -66,13 +54,13 @@ def minhash_signature(canonical: ast.AST | None) -> np.ndarray:
 class Fingerprint:
     """What decontamination compares, for one program: two skeleton roots and a MinHash signature."""
 
-    raw_root: int | None  # the Model class as written (None: does not parse)
+    raw_root: int | None  # the Model class as written (None: it does not parse, or names no class)
     normalized_root: int | None  # the canonicalized Model class (no no-ops), nodes labeled by identifier
     signature: np.ndarray
 
 
 def fingerprint(table: SkeletonTable, source: str) -> Fingerprint:
-    tree = model_class_tree(source)
+    tree = model_class_node(source)  # the class the loader runs, aliases followed; never the whole file
     if tree is None:
         return Fingerprint(None, None, minhash_signature(None))
     canonical = canonical_tree(tree)

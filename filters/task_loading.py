@@ -42,11 +42,29 @@ def load_task(source: str, filename: str = "<task>") -> LoadedTask:
 
 
 def model_class_node(source: str) -> ast.ClassDef | None:
-    """The top-level `class Model` of a program, or None if it has none (or does not parse)."""
+    """The class that `Model` names once the program has run, as KernelBench's loader takes it: a top-level
+    `class Model`, or the class that top-level assignments (`Model = Net`, `Net = Impl`) bind it to last; None
+    where `Model` is bound to no class of the program (or it does not parse). Read from the tree, never run."""
     try:
         tree = syntax.parse(source)
     except SyntaxError:
         return None
+    bound: dict[str, ast.ClassDef | None] = {}  # top-level names -> the class each stands for, in program order
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            bound[node.name] = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            value = bound.get(node.value.id) if isinstance(node.value, ast.Name) else None
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    bound[target.id] = value
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            bound[node.name] = None
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                bound[(alias.asname or alias.name).split(".")[0]] = None
+    return bound.get("Model")
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "Model":
             return node

@@ -71,7 +71,15 @@ def _all_at_once(code):
     return _commented(_dead_code(_annotated(_renamed(_docstring(code)))))
 
 
-@pytest.mark.parametrize("disguise", [_docstring, _renamed, _annotated, _dead_code, _commented, _all_at_once])
+def _class_renamed(code):
+    """The class renamed and `Model` bound to it afterwards: what KernelBench's loader runs is unchanged."""
+    code = re.sub(r"\bclass Model\b", "class FusedBlock", code)
+    return re.sub(r"super\(Model,", "super(FusedBlock,", code) + "\n\nModel = FusedBlock\n"
+
+
+@pytest.mark.parametrize(
+    "disguise", [_docstring, _renamed, _annotated, _dead_code, _commented, _all_at_once, _class_renamed]
+)
 def test_disguised_kernelbench_copies_are_flagged(kb_tasks, disguise):
     index = load_reference("embedded")
     missed = [name for name, code in kb_tasks[::5] if decontaminate(disguise(code), index).kept]
@@ -152,3 +160,19 @@ def test_wrong_schema_missing_and_empty_references_are_refused(tmp_path):
     garbage.write_text("not parquet")
     with pytest.raises(ReferenceError_, match="cannot read"):
         load_reference(str(garbage))
+
+
+def test_the_model_class_is_the_one_model_names_once_the_program_has_run():
+    from opsynth.filters.task_loading import model_class_node
+
+    def named(source):
+        node = model_class_node(source)
+        return None if node is None else node.name
+
+    assert named("class Model:\n    pass\n") == "Model"
+    assert named("class A:\n    pass\nclass B:\n    pass\nImpl = B\nModel = Impl\n") == "B"  # aliases followed
+    assert named("class Model:\n    pass\nclass B:\n    pass\nModel = B\n") == "B"  # the last binding wins
+    assert named("class Model:\n    pass\nfrom torch.nn import Linear as Model\n") is None  # not a class here
+    assert named("class A:\n    pass\ndef Model():\n    return A()\n") is None
+    assert named("import torch\nx = 1\n") is None  # no Model: nothing is compared, not the whole file
+    assert named("class A(:\n") is None
