@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from opsynth import syntax
 from opsynth.config import (
     AST_SIMILARITY_THRESHOLD,
     KERNELBENCH_JACCARD_THRESHOLD,
@@ -92,12 +93,13 @@ class KernelBenchIndex:
         for name, code in tasks:
             if not isinstance(code, str) or not code.strip():
                 raise ReferenceError_(f"KernelBench task {name} has no code")
-            fp = fingerprint(table, code)
-            if fp.raw_root is None:
-                raise ReferenceError_(f"KernelBench task {name} does not parse")
+            try:
+                syntax.parse(code)
+            except SyntaxError:
+                raise ReferenceError_(f"KernelBench task {name} does not parse") from None
             if model_class_node(code) is None:
                 raise ReferenceError_(f"KernelBench task {name} defines no `class Model`")
-            prints.append(fp)
+            prints.append(fingerprint(table, code))
         return cls(
             names=tuple(n for n, _ in tasks),
             signatures=np.stack([fp.signature for fp in prints]),

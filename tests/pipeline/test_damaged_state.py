@@ -59,7 +59,7 @@ def test_a_round_whose_records_miss_candidates_runs_again(reference, tmp_path, c
     capsys.readouterr()
 
     assert _generate(out) == 0
-    assert "round 0: its records are damaged or miss some of its" in capsys.readouterr().out
+    assert "round 0: its records are damaged or miss some of its" in capsys.readouterr().err
     assert dataset_rows(out) == dataset_rows(reference)
 
 
@@ -111,7 +111,7 @@ def test_damaged_outputs_of_a_rounds_stages_are_redone(reference, tmp_path, caps
     prepared.write_text(prepared.read_text()[:1000])
     capsys.readouterr()
     assert _generate(cut) == 0
-    assert "the output of its CPU stages is damaged; running them again" in capsys.readouterr().out
+    assert "the output of its CPU stages is damaged; running them again" in capsys.readouterr().err
     assert dataset_rows(cut) == dataset_rows(reference)
 
     edited = tmp_path / "edited"
@@ -124,5 +124,5 @@ def test_damaged_outputs_of_a_rounds_stages_are_redone(reference, tmp_path, caps
     accepted.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
     capsys.readouterr()
     assert _generate(edited) == 0
-    assert "round 0: its records are damaged or miss some of its" in capsys.readouterr().out
+    assert "round 0: its records are damaged or miss some of its" in capsys.readouterr().err
     assert dataset_rows(edited) == dataset_rows(reference)

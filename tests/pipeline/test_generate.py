@@ -263,7 +263,7 @@ def test_cpu_stages_fall_back_to_this_process_when_several_processes_fail(monkey
     )
     argv = ["generate", "--out", str(tmp_path / "o"), "--num-samples", "4", "--seed", "2", *TINY, "--no-compile-check"]
     assert main(argv) == 0
-    assert "the CPU stages on several processes failed" in capsys.readouterr().out
+    assert "the CPU stages on several processes failed" in capsys.readouterr().err
     assert len(load_dataset(str(tmp_path / "o"), split="train")) == 4
 
 
@@ -279,10 +279,10 @@ def test_the_next_rounds_cpu_stages_run_beside_this_ones_execution_and_make_the_
     argv = ["--num-samples", "12", "--mixture", "torch2=100", "--seed", "5", *TINY, "--no-compile-check",
             "--runtime-window-ms", "0,10000"]  # fmt: skip
     assert main(["generate", "--out", str(tmp_path / "beside"), *argv]) == 0
-    assert "round 1: 18 candidates, prepared beside the round before" in capsys.readouterr().out
+    assert "round 1: 18 candidates, prepared beside the round before" in capsys.readouterr().err
     monkeypatch.setattr(opsynth.pipeline.round_pipelines.Beside, "start", lambda self, prepare, log: None)
     assert main(["generate", "--out", str(tmp_path / "after"), *argv]) == 0
-    assert "prepared beside" not in capsys.readouterr().out
+    assert "prepared beside" not in capsys.readouterr().err
     beside, after = (load_dataset(str(tmp_path / d), split="train")["id"] for d in ("beside", "after"))
     assert beside == after and len(beside) == 12
     plans = [

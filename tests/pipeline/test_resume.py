@@ -51,7 +51,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
     capsys.readouterr()
 
     assert main(["generate", "--out", str(killed), *ARGS]) == 0
-    assert "round 0: its CPU stages were done; resuming at its execution" in capsys.readouterr().out
+    assert "round 0: its CPU stages were done; resuming at its execution" in capsys.readouterr().err
     assert prepared.stat().st_mtime_ns == prepared_at
     assert load_dataset(str(killed), split="train")["id"] == load_dataset(str(reference), split="train")["id"]
     assert load_dataset(str(killed), split="train")["code"] == load_dataset(str(reference), split="train")["code"]
