@@ -65,7 +65,3 @@ def model_class_node(source: str) -> ast.ClassDef | None:
             for alias in node.names:
                 bound[(alias.asname or alias.name).split(".")[0]] = None
     return bound.get("Model")
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "Model":
-            return node
-    return None
