@@ -72,21 +72,18 @@ class WithinSetFilter:
         self.graphs: Counter = Counter()
         self.tasks: dict[str, str] = {}  # task key -> the id of the row admitted with it
 
-    def refusal(self, source: str, ops: Iterable[str], max_per_graph: int) -> str | None:
-        """Why a task would be refused now, or None; remembers nothing."""
-        return self._refusal(op_graph_hash(ops), task_key(source), max_per_graph)
-
-    def admit(self, name: str, source: str, ops: Iterable[str], max_per_graph: int) -> str | None:
-        """None if admitted (and remembered); else why not. `name` says which row it is in later refusals."""
-        graph, key = op_graph_hash(ops), task_key(source)
-        why = self._refusal(graph, key, max_per_graph)
-        if why is None:
-            self.tasks[key] = name
-            self.graphs[graph] += 1
-        return why
-
-    def _refusal(self, graph: str, key: str, max_per_graph: int) -> str | None:
-        if self.graphs[graph] >= max_per_graph:
+    def refusal(self, key: str, ops: Iterable[str], max_per_graph: int) -> str | None:
+        """Why the task of `task_key` `key` would be refused now, or None; remembers nothing."""
+        if self.graphs[op_graph_hash(ops)] >= max_per_graph:
             return f"operator graph already in {max_per_graph} rows"
         admitted = self.tasks.get(key)
         return None if admitted is None else f"the same task as {admitted} (its batch extent aside)"
+
+    def admit(self, name: str, key: str, ops: Iterable[str], max_per_graph: int) -> str | None:
+        """None if the task of `task_key` `key` is admitted (and remembered); else why not. `name` says which row
+        it is in later refusals."""
+        why = self.refusal(key, ops, max_per_graph)
+        if why is None:
+            self.tasks[key] = name
+            self.graphs[op_graph_hash(ops)] += 1
+        return why

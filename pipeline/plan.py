@@ -104,16 +104,17 @@ def walk_source(
                 candidate = make_candidate(spec, options.sizes, op_weights=options.op_weights)
             except CompositionError:
                 continue
-            draws[task_key(candidate.code)] += 1
+            key = task_key(candidate.code)
+            draws[key] += 1
             if candidate.dedup_key in seen:
                 continue
             seen.add(candidate.dedup_key)
             # transformers rows are variants of one class by design: only exact duplicates apply to them
-            if cap is not None and within.refusal(candidate.code, candidate.ops, cap) is not None:
+            if cap is not None and within.refusal(key, candidate.ops, cap) is not None:
                 continue
             if decontaminate(candidate.code, index, options.similarity_threshold, options.jaccard_threshold).kept:
                 if cap is not None:
-                    within.admit(candidate.id, candidate.code, candidate.ops, cap)
+                    within.admit(candidate.id, key, candidate.ops, cap)
                 distinct += 1
         if distinct >= needed:
             return SourcePlan(source, rows, needed, walked, distinct, OPEN)

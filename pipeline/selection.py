@@ -23,7 +23,7 @@ from opsynth.config import (
     NEEDED_SPARE,
 )
 from opsynth.data_sources import kind, operator_count
-from opsynth.filters.dedup import WithinSetFilter
+from opsynth.filters.dedup import WithinSetFilter, task_key
 from opsynth.operator_catalog.registry import sampleable
 from opsynth.reasons import DUPLICATE, NOT_NEEDED, Verdict
 from opsynth.records import Candidate, Rejection
@@ -94,7 +94,10 @@ class Selector:
                     None
                     if kind(source) == "transformers"
                     else self.filters[source].admit(
-                        candidate.id, candidate.code, candidate.ops, rows_per_graph(source, self.quota[source])
+                        candidate.id,
+                        task_key(candidate.code),
+                        candidate.ops,
+                        rows_per_graph(source, self.quota[source]),
                     )
                 )
                 if why is None:

@@ -66,11 +66,13 @@ def test_within_set_filter_caps_graphs_and_refuses_a_task_already_admitted():
     within = WithinSetFilter()
     relu = ["torch.relu"]
     task = render(compose(3, 4, WORKLOADS["tiny"], 64))
-    assert within.admit("a", task.source, task.ops, 2) is None
-    assert "the same task as a" in within.admit("b", _rebatched(task.source), ["nn.Linear", "torch.sigmoid"], 2)
-    assert within.admit("c", fixtures.CONSTANT, relu, 2) is None
-    assert within.admit("d", fixtures.VANISHING, relu, 2) is None
-    assert "operator graph" in within.admit("e", fixtures.NAN, relu, 2)
+    assert within.admit("a", task_key(task.source), task.ops, 2) is None
+    assert "the same task as a" in within.admit(
+        "b", task_key(_rebatched(task.source)), ["nn.Linear", "torch.sigmoid"], 2
+    )
+    assert within.admit("c", task_key(fixtures.CONSTANT), relu, 2) is None
+    assert within.admit("d", task_key(fixtures.VANISHING), relu, 2) is None
+    assert "operator graph" in within.admit("e", task_key(fixtures.NAN), relu, 2)
 
 
 def test_selection_takes_the_quota_in_index_order_skipping_duplicates():
