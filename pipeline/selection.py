@@ -140,6 +140,10 @@ class FillPoint:
         if kept and candidate.data_source in self.accepted:
             insort(self.accepted[candidate.data_source], candidate.index)
 
+    def missing(self) -> int:
+        """Accepted candidates still asked for, over every data source (none counted twice or below zero)."""
+        return sum(max(0, n - len(self.accepted[s])) for s, n in self.wanted.items())
+
     def needed(self, candidate: Candidate) -> bool:
         indices = self.accepted.get(candidate.data_source, [])
         return bisect_left(indices, candidate.index) < self.wanted.get(candidate.data_source, 0)

@@ -340,14 +340,14 @@ class _Tally:
     def __init__(self, report: bool = True):
         self.checked = self.kept = self.handed = self.needed = 0
         self.started: float | None = None
-        self.quiet = not report
+        self.shown = report
 
     def start(self, handed: int, needed: int | None) -> None:
         """A batch begins: `handed` candidates to run, of which `needed` are wanted kept (None: all of them run)."""
         if self.started is None:
             self.started = time.monotonic()
         self.handed += handed
-        self.needed += handed if needed is None else min(handed, max(0, needed))
+        self.needed += handed if needed is None else min(handed, needed)
 
     def add(self, verdict: Verdict) -> None:
         self.checked += 1
@@ -365,7 +365,7 @@ class _Tally:
         return done + ")"
 
     def report(self) -> None:
-        if self.quiet:
+        if not self.shown:
             return
         print(f"  {self.line(time.monotonic() - (self.started or time.monotonic()))}", file=sys.stderr)
 
@@ -449,8 +449,7 @@ class _ExecuteBatchFn(beam.DoFn):
         Metrics.counter(COUNTER_NAMESPACE, "execute_reused").inc(len(results))
         if todo:
             # the kept candidates the fill point asks of this batch, beyond those its checkpoints hold
-            needed = None if fill is None else sum(fill.wanted.values()) - sum(len(a) for a in fill.accepted.values())
-            self.tally.start(len(todo), needed)
+            self.tally.start(len(todo), None if fill is None else fill.missing())
             checkpoint = _Checkpointer(self.progress, todo, self.tally)
 
             def on_result(i: int, result: tuple) -> None:

@@ -30,6 +30,8 @@ def test_a_candidate_is_needed_until_enough_of_lower_index_are_accepted_in_whate
     assert fill.needed(_prepared(5)) and fill.skipped(_prepared(4)) is None, "only one accepted below them"
     assert fill.needed(_prepared(7, "torch#2")), "another data source is counted apart"
     assert not FillPoint({}).needed(_prepared(0)), "a data source the round asks nothing of"
+    fill.add(_ran(8), True)  # a third accepted torch#1 candidate: beyond what was asked, it meets no other need
+    assert fill.missing() == 1, "torch#2 still misses its one"
 
 
 def test_the_records_set_aside_every_candidate_past_the_fill_point_whether_it_ran_or_not():
