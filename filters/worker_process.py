@@ -194,13 +194,12 @@ def _serve(conn: Connection, containment: dict) -> None:
 
 
 def _set_up_device(torch, cfg, gpu_index: int | None) -> None:
-    from opsynth.filters.workers import memory_share, workers_per_gpu
+    from opsynth.filters.workers import memory_share, task_threads, workers_per_gpu
 
-    if gpu_index is None:
-        # CPU workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up
-        # as ~10 ms forwards in tiny-workload timings.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.workers))
-    else:
+    # The workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up as
+    # ~10 ms forwards in tiny-workload timings; and the time limit counts a task's CPU time over these threads.
+    torch.set_num_threads(task_threads(cfg))
+    if gpu_index is not None:
         torch.cuda.set_device(gpu_index)
         torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, workers_per_gpu(cfg)))
         if cfg.compile_check:

@@ -33,6 +33,7 @@ import opsynth
 from opsynth.filters.containment import Limits, PidsCgroup, host_memory_share, task_environment
 from opsynth.filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock, clear_watch, open_watch
 from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.process_time import cpu_seconds, only_child
 from opsynth.filters.worker_process import EXECUTE, Cage, WorkerSetup
 from opsynth.reasons import CRASH, TIMEOUT, Verdict
 
@@ -42,6 +43,8 @@ SHARED_SLOTS = 3  # tasks whose checks may run on one GPU at once (`--exclusive-
 HOLD_LIMIT_S = 15.0  # the least time a task may hold its GPU at once (see hold_limit_s)
 POLL_S = 0.25  # how often the pool looks at its busy workers' device holds and waits
 WALL_LIMIT_FACTOR = 10  # a task's wall time, its waits for the GPU included, never exceeds this many time limits
+HANG_FACTOR = 4  # nor, its waits not counted, this many, whatever CPU time it took (see overdue)
+IDLE_SHARE = 0.05  # a task computing less than this share of its time, once past its limit, is hung
 RECYCLE_JOBS = 1000  # a worker retires after this many tasks
 RECYCLE_GROWTH_BYTES = 2 << 30  # or once its resident memory grew this much since it was ready
 CUDA_WORKER_MEMORY_FLOOR = 8 << 30  # host memory a CUDA worker may always use (inductor's compile needs a few GiB)
@@ -69,20 +72,38 @@ def hold_limit_s(cfg: ExecutionConfig) -> float:
     return max(HOLD_LIMIT_S, 100 * cfg.runtime_window_ms[1] / 1e3)
 
 
-def overdue(watch, started: float, now: float, timeout_s: float, hold_limit: float) -> str | None:
+def overdue(watch, started: float, now: float, timeout_s: float, hold_limit: float, cpu_s: float | None = None,
+            threads: int = 1) -> str | None:  # fmt: skip
     """Why a worker's task, begun at `started`, is to be stopped at `now`, if it is: it has held its GPU past
-    `hold_limit` at once, or worked (its waits for the GPU not counted) past `timeout_s`, or taken
-    WALL_LIMIT_FACTOR time limits all told (the watch is written by the worker, which runs task code)."""
+    `hold_limit` at once; or computed for `timeout_s` (the CPU time of its `threads` threads, `cpu_s`, against
+    `timeout_s` each), or spent `timeout_s` (its waits for the GPU not counted) mostly idle, or HANG_FACTOR
+    time limits all told; or taken WALL_LIMIT_FACTOR time limits waits included (the watch is written by the
+    worker, which runs task code). Where its CPU time is unknown (`cpu_s` None), `timeout_s` of the wall clock.
+
+    CPU time is what makes a verdict independent of the machine's load: a task that other processes keep from
+    the cores takes longer by the clock but not by its CPU time; a hung task (asleep, blocked) barely computes,
+    and is stopped by the clock once it has spent its time limit computing less than IDLE_SHARE of it."""
     if watch[HOLD_SINCE] and now - watch[HOLD_SINCE] > hold_limit:
         return f"held the GPU for more than {hold_limit:g} s at once (its device work is far above the window)"
     if now - started >= WALL_LIMIT_FACTOR * timeout_s:
         return f"no verdict within {WALL_LIMIT_FACTOR * timeout_s:g} s, waits for the GPU included"
     waited = watch[WAITED_S] + (now - watch[WAIT_SINCE] if watch[WAIT_SINCE] else 0.0)
-    if now - started - waited >= timeout_s:
-        return f"no verdict within {timeout_s:g} s" + (
-            f" (besides {waited:.0f} s waiting for the GPU)" if waited >= 1 else ""
-        )
+    worked = now - started - waited
+    besides = f" (besides {waited:.0f} s waiting for the GPU)" if waited >= 1 else ""
+    if cpu_s is None:
+        return f"no verdict within {timeout_s:g} s{besides}" if worked >= timeout_s else None
+    if cpu_s >= timeout_s * threads:
+        return f"computed for more than {timeout_s:g} s (CPU time{'' if threads == 1 else f' of {threads} threads'})"
+    if worked >= HANG_FACTOR * timeout_s:
+        return f"no verdict within {HANG_FACTOR * timeout_s:g} s{besides}"
+    if worked >= timeout_s and cpu_s < IDLE_SHARE * worked:
+        return f"no verdict within {timeout_s:g} s{besides}"
     return None
+
+
+def task_threads(cfg: ExecutionConfig) -> int:
+    """The intra-op threads of one worker: the workers split the machine's cores."""
+    return max(1, (os.cpu_count() or 1) // cfg.workers)
 
 
 def memory_share(fraction: float, sharers: int) -> float:
@@ -177,6 +198,8 @@ class _Worker:
         self.job: int | None = None  # the index of the job in hand
         self.started = time.monotonic()  # when the job in hand was handed over
         self.deadline = self.started + STARTUP_TIMEOUT_S  # to start
+        self.task_pid: int | None = None  # the process that runs its tasks (the child of `process`), once up
+        self.cpu_at_hand: float | None = None  # that process's CPU time when the job in hand was handed over
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -184,8 +207,14 @@ class _Worker:
     def hand(self, index: int, job: Job) -> None:
         """Give the worker job `index` (raises BrokenPipeError or OSError where it has died)."""
         clear_watch(self.watch)  # the worker is idle: nothing else writes it now
+        self.cpu_at_hand = None if self.task_pid is None else cpu_seconds(self.task_pid)
         self.conn.send(job)
         self.job, self.started = index, time.monotonic()
+
+    def cpu_spent(self) -> float | None:
+        """The CPU time its task process took since the job in hand was handed over; None where unknown."""
+        now = None if self.cpu_at_hand is None else cpu_seconds(self.task_pid)
+        return None if now is None else now - self.cpu_at_hand
 
     def kill(self) -> None:
         """Kill the worker and everything it started, and remove its scratch folder."""
@@ -355,6 +384,7 @@ class WorkerPool:
                 return self._lost(slot, w, "the worker sent an unreadable message")
             if message["kind"] == "ready":
                 w.ready = True
+                w.task_pid = only_child(w.process.pid)
                 w.ready_at = reported_time(message.get("at"), w.started, now)  # started: when it was spawned
                 if self.ready_at is None and all(other.ready for other in self._workers):
                     self.ready_at = max(other.ready_at for other in self._workers)
@@ -370,7 +400,9 @@ class WorkerPool:
                 return self._failed_to_start(slot, w)
             return self._lost(slot, w, _describe_exit(w.process.returncode))
         if w.job is not None:
-            why = overdue(w.watch, w.started, now, self.cfg.timeout_s, self.hold_limit_s)
+            # its CPU time read only once the clock says it may be due
+            cpu = w.cpu_spent() if now - w.started >= self.cfg.timeout_s else None
+            why = overdue(w.watch, w.started, now, self.cfg.timeout_s, self.hold_limit_s, cpu, task_threads(self.cfg))
             if why is not None:
                 done = (w.job, Verdict(TIMEOUT, why))
                 self._replace(slot)

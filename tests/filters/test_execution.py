@@ -211,6 +211,22 @@ def test_the_time_limit_counts_work_not_waits_for_the_gpu():
     assert "held the GPU for more than 5 s" in overdue(watch(hold=101.0), 100.0, 107.0, 10.0, 5.0)
 
 
+def test_the_time_limit_counts_cpu_time_so_a_task_kept_from_the_cores_by_a_loaded_machine_is_not_stopped():
+    from opsynth.filters.workers import HANG_FACTOR, overdue
+
+    idle = [0.0, 0.0, 0.0]
+    # Unloaded, a task computes for 8 of its 10 s; with the cores shared four ways it takes 32 s: the same verdict.
+    assert overdue(idle, 0.0, 9.0, 10.0, 15.0, cpu_s=8.0) is None
+    assert overdue(idle, 0.0, 32.0, 10.0, 15.0, cpu_s=8.0) is None
+    # Computing past the limit is stopped whatever the clock says; over two threads, twice the CPU time.
+    assert overdue(idle, 0.0, 12.0, 10.0, 15.0, cpu_s=10.0) == "computed for more than 10 s (CPU time)"
+    assert overdue(idle, 0.0, 12.0, 10.0, 15.0, cpu_s=10.0, threads=2) is None
+    assert "of 2 threads" in overdue(idle, 0.0, 25.0, 10.0, 15.0, cpu_s=20.0, threads=2)
+    # A hung task barely computes: stopped by the clock at its limit; any task at HANG_FACTOR limits.
+    assert overdue(idle, 0.0, 10.0, 10.0, 15.0, cpu_s=0.1) == "no verdict within 10 s"
+    assert overdue(idle, 0.0, 10.0 * HANG_FACTOR, 10.0, 15.0, cpu_s=9.0) == f"no verdict within {10 * HANG_FACTOR} s"
+
+
 def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
     from opsynth.filters.comparison import tensors_close
     from opsynth.filters.execution import CheckFailed, _check_outputs

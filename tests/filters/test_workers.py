@@ -106,3 +106,41 @@ def test_workers_started_ahead_give_their_priority_back_once_up_where_they_may()
     with WorkerPool(CPU, start_nice=10) as pool:
         (verdict,) = pool.run([Job("nice", NICENESS.replace("EXPECTED", repr(expected)), 1)])
     assert verdict.reason == KEEP, verdict.detail
+
+
+SPIN = fixtures.task("while True:\n    pass\nreturn x")
+
+
+def test_a_task_that_computes_past_its_limit_is_stopped_by_its_cpu_time_and_a_hung_one_by_the_clock():
+    from opsynth.reasons import TIMEOUT
+
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1000.0), timeout_s=1.0, compile_check=False,
+                          workers=2)  # fmt: skip
+    with WorkerPool(cfg) as pool:
+        spin, hang = pool.run([Job("spin", SPIN, 1), Job("hang", fixtures.HANG, 1)])
+    assert spin.reason == TIMEOUT and spin.detail.startswith("computed for more than 1 s (CPU time"), spin
+    assert (hang.reason, hang.detail) == (TIMEOUT, "no verdict within 1 s")
+
+
+def test_the_cpu_time_of_a_process_is_read_from_outside_it_and_a_process_found_by_its_parent():
+    import subprocess
+    import sys
+
+    from opsynth.filters.process_time import cpu_seconds, only_child
+
+    # A parent starts a child and says its pid; the child computes for 0.3 s of its own CPU time, says so, sleeps.
+    child = "import time\nwhile time.process_time() < 0.3:\n    pass\nprint('done', flush=True)\ntime.sleep(60)\n"
+    parent = (
+        f"import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+        "print(p.pid, flush=True)\np.wait()\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(process.stdout.readline())
+        assert process.stdout.readline() == "done\n"
+        assert 0.25 <= cpu_seconds(pid) < 5.0  # counted in clock ticks
+        assert only_child(process.pid) == pid
+    finally:
+        process.kill()
+        process.wait()
+    assert cpu_seconds(process.pid) is None  # gone
