@@ -46,7 +46,7 @@ from opsynth.reasons import (
 # Two input draws tell a task's outputs apart when this share of their elements differ beyond tolerance.
 DISTINGUISHING_FRACTION = 1e-3
 PRESCREEN_MARGIN = 3.0  # a forward timed this far above the window decides it without the profiler
-COMPILE_FIRST_MARGIN = 2.0  # CUDA: checks' events this many times the window's low end: compiled before timing
+COMPILE_FIRST_MARGIN = 1.25  # CUDA: checks' events this many times the window's low end: compiled before timing
 # Where a worker's time goes, per task: building the model; waiting for the device lock; the first input draw
 # and the first (untimed) forward; the other draws and the rerun; comparing their outputs; the eager timing;
 # starting and stopping the profiler, and reading its events; torch.compile (host work); the compiled model's

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from opsynth.config import AUTOTUNE_BENCHMARK_MS, AUTOTUNE_CACHE_FLUSHES
+from opsynth.config import AUTOTUNE_BENCHMARK_MS, AUTOTUNE_CACHE_FLUSHES, AUTOTUNE_ESTIMATION_RUNS
 from opsynth.filters.autotuning import bound_autotuning
 from opsynth.filters.containment import Limits, apply_limits, die_with_parent, enter_namespaces, mount_own_proc
 
@@ -203,7 +203,7 @@ def _set_up_device(torch, cfg, gpu_index: int | None) -> None:
         torch.cuda.set_device(gpu_index)
         torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, workers_per_gpu(cfg)))
         if cfg.compile_check:
-            bound_autotuning(AUTOTUNE_BENCHMARK_MS, AUTOTUNE_CACHE_FLUSHES)
+            bound_autotuning(AUTOTUNE_BENCHMARK_MS, AUTOTUNE_CACHE_FLUSHES, AUTOTUNE_ESTIMATION_RUNS)
     if cfg.compile_check:
         import torch._inductor.config
 

@@ -62,26 +62,28 @@ VERIFY_ATOL = 1e-2
 VERIFY_RTOL = 1e-2
 NUM_DRAWS = 5
 
-# CUDA: each Triton configuration inductor autotunes is benchmarked this long, after this many L2 flushes
-# (inductor's defaults: 25 ms after 100); see opsynth.filters.autotuning.
-AUTOTUNE_BENCHMARK_MS = 5
+# CUDA: each Triton configuration inductor autotunes is benchmarked this long, after this many L2 flushes, its
+# time estimated from this many runs first (inductor's defaults: 25 ms after 100, from 5); see
+# opsynth.filters.autotuning.
+AUTOTUNE_BENCHMARK_MS = 1
 AUTOTUNE_CACHE_FLUSHES = 10
+AUTOTUNE_ESTIMATION_RUNS = 2
 
 # Shape calibration: re-measures of a candidate outside the runtime window, with its batch rescaled toward
-# a point CALIBRATION_TARGET of the way into the window in log terms (1-100 ms: 3.2 ms), at most
-# CALIBRATION_MAX_FACTOR per step. A quarter of the way, not the middle: far enough from the low edge that timing
-# noise keeps it inside, near where the released set's tasks run (median 1.5 ms on an H200), and a third
-# of the device time and memory a task sized for the middle (10 ms) would take.
+# a point CALIBRATION_TARGET of the way into the window in log terms (1-100 ms: 2.0 ms), at most
+# CALIBRATION_MAX_FACTOR per step. Near the low end, not the middle: where the released set's tasks run (median
+# 1.5 ms on an H200), twice the low edge so that timing noise keeps a task inside, and a fifth of the device
+# time and memory a task sized for the middle (10 ms) would take: the device time of a run is its forwards'.
 CALIBRATION_TRIES = 3
 CALIBRATION_MAX_FACTOR = 64.0
-CALIBRATION_TARGET = 0.25
+CALIBRATION_TARGET = 0.15
 
 # Sizing before execution (CUDA): a candidate's forward cost, counted on meta, at the GPU's speed predicts its
 # time; one predicted more than SIZE_SLACK off the calibration aim is rescaled toward it (at most SIZE_MAX_FACTOR;
 # the element budget bounds it too). The speed is one H200's, as measured by the profiler on its rows (memory
 # at about 3 TB/s, fp32 arithmetic at about 40 TFLOP/s, a few microseconds a kernel); each round after the
 # first corrects it by the median of measured / predicted time over the earlier rounds' executions.
-SIZE_SLACK = 2.0
+SIZE_SLACK = 1.5
 SIZE_MAX_FACTOR = 4096.0
 GPU_SPEED = DeviceSpeed(bytes_per_s=3.0e12, flops_per_s=4.0e13, kernel_ms=0.004)
 SPEED_SAMPLES = 50  # executions it takes to correct the speed
@@ -128,6 +130,18 @@ MAX_ROUND_CANDIDATES = 4096
 IN_PROCESS_BATCH = 2 * MAX_ROUND_CANDIDATES
 BATCH_PER_WORKER = 64  # elsewhere: a batch per Beam worker, for each of its execution workers
 MAX_IDLE_ROUNDS = 4
+# The order a batch's candidates run in: each data source's spread over this share of the batch from its start,
+# the heavier first (more operators to compile; a transformers module's checks take seconds), so that a round
+# ends on its lightest tasks rather than waiting for its heaviest. On one H200 a 600-row run's first round
+# ended with 28 s at 30-60 % GPU busy, its transformers tasks spread to the last.
+EXECUTION_SPREAD = {
+    torch_source(1): 1.0,
+    torch_source(2): 1.0,
+    torch_source(3): 0.7,
+    torch_source(4): 0.5,
+    torch_source(5): 0.4,
+    TRANSFORMERS: 0.2,
+}
 # `generate --plan` (pipeline/plan.py): a data source needs its rows / PLAN_EXECUTION_YIELD distinct tasks
 # from the CPU stages (on one H200 about 80 % of the candidates executed are kept), and its walk stops after
 # PLAN_SAMPLE candidates short of that, estimating what it holds from how its distinct tasks grew; an estimate

@@ -22,6 +22,7 @@ from opsynth.config import (
     CALIBRATION_MAX_FACTOR,
     CALIBRATION_TARGET,
     CALIBRATION_TRIES,
+    EXECUTION_SPREAD,
     SIZE_MAX_FACTOR,
     SIZE_SLACK,
     WORKER_PREFIX,
@@ -399,13 +400,19 @@ class _Checkpointer:
         self.last = time.monotonic()
 
 
-def _in_turn(candidates: list[Candidate]) -> list[Candidate]:
-    """Each data source's candidates in index order, the sources interleaved by their share of the list: the
-    order in which a fill point (see `FillPoint`) is reached soonest, and past which the last ones need not run."""
+def execution_order(candidates: list[Candidate]) -> list[Candidate]:
+    """Each data source's candidates in index order, the sources interleaved, each over its EXECUTION_SPREAD
+    of the list: the order in which a fill point (see `FillPoint`) is reached soon, past which the last ones
+    need not run, and in which the heaviest are not the last. Which candidates a round keeps does not depend
+    on it (FillPoint), only how many run."""
     per_source: dict[str, list[Candidate]] = {}
     for c in sorted(candidates, key=lambda c: c.order):
         per_source.setdefault(c.data_source, []).append(c)
-    turns = [((k + 0.5) / len(cs), c.order, c) for cs in per_source.values() for k, c in enumerate(cs)]
+    turns = [
+        (EXECUTION_SPREAD.get(source, 1.0) * (k + 0.5) / len(cs), c.order, c)
+        for source, cs in per_source.items()
+        for k, c in enumerate(cs)
+    ]
     return [c for *_, c in sorted(turns, key=lambda t: t[:2])]
 
 
@@ -438,7 +445,7 @@ class _ExecuteBatchFn(beam.DoFn):
     def process(self, batch: list[Candidate]) -> Iterator:
         results, todo = [], []
         fill = FillPoint(self.wanted) if self.wanted is not None else None
-        for candidate in _in_turn(batch):
+        for candidate in execution_order(batch):
             checkpointed = self.progress.lookup(candidate)
             if checkpointed is None:
                 todo.append(candidate)

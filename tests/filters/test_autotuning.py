@@ -7,16 +7,16 @@ def test_each_configuration_gets_the_bounded_budget_unless_the_caller_names_one(
     calls = []
 
     def benchmark_gpu(self, _callable, estimation_iters=5, memory_warmup_iters=100, max_benchmark_duration=25, **kw):
-        calls.append((memory_warmup_iters, max_benchmark_duration))
+        calls.append((estimation_iters, memory_warmup_iters, max_benchmark_duration))
         return 1.0
 
     monkeypatch.setattr(InductorBenchmarker, "benchmark_gpu", benchmark_gpu)
-    assert bound_autotuning(5, 10)
-    assert bound_autotuning(5, 10), "a second call leaves the first bound as it is"
+    assert bound_autotuning(5, 10, 2)
+    assert bound_autotuning(5, 10, 2), "a second call leaves the first bound as it is"
     benchmarker = InductorBenchmarker()
     assert benchmarker.benchmark_gpu(lambda: None) == 1.0
     benchmarker.benchmark_gpu(lambda: None, max_benchmark_duration=40)
-    assert calls == [(10, 5), (10, 40)]
+    assert calls == [(2, 10, 5), (2, 10, 40)]
 
 
 def test_a_benchmarker_without_those_settings_is_left_alone(monkeypatch):
@@ -24,5 +24,5 @@ def test_a_benchmarker_without_those_settings_is_left_alone(monkeypatch):
         return 1.0
 
     monkeypatch.setattr(InductorBenchmarker, "benchmark_gpu", benchmark_gpu)
-    assert not bound_autotuning(5, 10)
+    assert not bound_autotuning(5, 10, 2)
     assert InductorBenchmarker.benchmark_gpu is benchmark_gpu

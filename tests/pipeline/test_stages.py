@@ -17,6 +17,7 @@ from opsynth.pipeline.stages import (
     ComposeCandidates,
     DedupWithinSet,
     ExecuteCandidates,
+    execution_order,
 )
 from opsynth.reasons import KEEP, RUNTIME_BELOW_WINDOW, Verdict
 from opsynth.records import Candidate, CandidateSpec, candidate_seed
@@ -167,6 +168,19 @@ def test_an_execution_stage_asked_for_one_accepted_candidate_runs_no_more_than_i
                     equal_to([(0, "indistinguishable_outputs", "execute")]
                              + [(i, "not_needed", "execute") for i in range(2, 5)]), label="rejected")  # fmt: skip
     assert len(ExecutionProgress(str(progress)).load().done) == 2
+
+
+def test_a_batch_runs_its_heaviest_data_sources_first_and_each_source_in_index_order():
+    from dataclasses import replace
+
+    light = [replace(_candidate(i, fixtures.GOOD), data_source="torch#2") for i in range(40)]
+    heavy = [replace(_candidate(i, fixtures.GOOD), data_source="transformers") for i in range(4)]
+    order = execution_order([*reversed(heavy), *reversed(light)])
+    assert [c.index for c in order if c.data_source == "torch#2"] == list(range(40))
+    assert [c.index for c in order if c.data_source == "transformers"] == list(range(4))
+    last_heavy = max(k for k, c in enumerate(order) if c.data_source == "transformers")
+    assert last_heavy < len(order) / 4  # none of them at the end, where the round would wait for it
+    assert order[-1].data_source == "torch#2"
 
 
 def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_time():
