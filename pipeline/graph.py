@@ -98,11 +98,14 @@ def build_execute(
     progress_dir: str,
     pool: Shared | None = None,
     wanted: dict[str, int] | None = None,
+    report: bool = True,
 ) -> None:
     """A round's execution stage: the `PREPARED` files in, `ACCEPTED` candidates and `EXECUTE_REJECTED` out. The
     candidates are reshuffled first, so that a distributed runner spreads them over its workers whatever files
     the CPU stages wrote them to; the execution alone carries the run's accelerator hint, if it has one.
-    `wanted`: accepted candidates asked of each data source, past which the stage may skip candidates."""
+    `wanted`: accepted candidates asked of each data source, past which the stage may skip candidates. `report`:
+    the stage reports its progress where it runs (in the driver's process; elsewhere the driver reads it from
+    the checkpoints, see progress.CheckpointWatch)."""
     candidates = (
         p
         | "PreparedFiles" >> beam.Create(prepared_files)
@@ -118,7 +121,7 @@ def build_execute(
         options.op_weights,
         pool,
         wanted,
-        report=not options.quiet,
+        report=report and not options.quiet,
     )
     if options.accelerator:
         execute = execute.with_resource_hints(accelerator=options.accelerator)

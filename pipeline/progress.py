@@ -1,12 +1,18 @@
 """Checkpoints of the execution stage: each finished batch's verdicts, so a run killed at any moment redoes
-only the batches that were in flight. Files go through Beam's FileSystems, written under a temporary name
-and renamed, so a checkpoint is read whole or not at all; each record carries a hash of itself, so one damaged
-or edited afterwards is run again rather than trusted.
+only the batches that were in flight; and the progress they show, as the stage reports it where it runs in the
+driver's process, and as the driver reads it from the checkpoints where the stage runs elsewhere.
+
+Files go through Beam's FileSystems, written under a temporary name and renamed, so a checkpoint is read whole
+or not at all; each record carries a hash of itself, so one damaged or edited afterwards is run again rather
+than trusted.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable
 
@@ -83,3 +89,97 @@ class ExecutionProgress:
         workfiles.write_text(FileSystems.join(self.folder, f"batch-{uuid.uuid4().hex}.jsonl"), "\n".join(lines) + "\n")
         for c, result in zip(entered, results, strict=True):
             self.done[progress_key(c)] = result
+
+
+class Tally:
+    """Fresh verdicts of one execution stage, reported (to stderr) as they are checkpointed: how many of the
+    candidates it was handed have run, how many of the kept ones the fill point still asks for are in, and the
+    time that leaves at the rate they come in."""
+
+    def __init__(self, report: bool = True):
+        self.checked = self.kept = self.handed = self.needed = 0
+        self.started: float | None = None
+        self.shown = report
+
+    def start(self, handed: int, needed: int | None) -> None:
+        """A batch begins: `handed` candidates to run, of which `needed` are wanted kept (None: all of them run)."""
+        if self.started is None:
+            self.started = time.monotonic()
+        self.handed += handed
+        self.needed += handed if needed is None else min(handed, needed)
+
+    def add(self, verdict: Verdict) -> None:
+        self.checked += 1
+        self.kept += verdict.kept
+
+    def line(self, elapsed: float) -> str:
+        done = f"executed {self.checked:,} of at most {self.handed:,} candidates, kept {self.kept:,}"
+        if self.needed:
+            done += f" of the {self.needed:,} needed ({min(1.0, self.kept / self.needed):.0%})"
+        if elapsed <= 0:
+            return done
+        done += f" ({elapsed:.0f} s, {self.checked / elapsed:.1f}/s"
+        if 0 < self.kept < self.needed:
+            done += f", about {_duration((self.needed - self.kept) * elapsed / self.kept)} left"
+        return done + ")"
+
+    def report(self) -> None:
+        if not self.shown:
+            return
+        print(f"  {self.line(time.monotonic() - (self.started or time.monotonic()))}", file=sys.stderr)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+class CheckpointWatch:
+    """The driver's view of an execution stage that runs in other processes (Beam's multi-processing mode, a
+    portable or distributed runner), whose own reports go to those processes' logs: every `every_s` it reads the
+    checkpoints written to `folder` since it started (each file once; the runner's metrics reach the driver only
+    when the job ends) and reports them as a Tally of `handed` candidates, `needed` of them wanted kept."""
+
+    def __init__(self, folder: str, handed: int, needed: int | None, every_s: float, log=None):
+        self.progress = ExecutionProgress(folder)
+        self.seen = set(workfiles.match(FileSystems.join(folder, "batch-*.jsonl")))  # a resumed run's, not new
+        self.tally = Tally()
+        self.tally.start(handed, needed)
+        self.every_s = every_s
+        self.log = log or (lambda line: print(line, file=sys.stderr))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="checkpoint-watch", daemon=True)
+
+    def __enter__(self) -> CheckpointWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        if exc[0] is None:
+            self.poll()  # what the stage's last flush wrote
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.poll()
+
+    def poll(self) -> None:
+        """Report the verdicts of the checkpoints written since the last look, if there are any."""
+        fresh = [path for path in workfiles.match(FileSystems.join(self.progress.folder, "batch-*.jsonl"))
+                 if path not in self.seen]  # fmt: skip
+        if not fresh:
+            return
+        for path in fresh:
+            self.seen.add(path)
+            for line in _lines(path):
+                parsed = _parse(line)
+                if parsed is not None:
+                    self.tally.add(parsed[1][1])
+        self.log(f"  {self.tally.line(time.monotonic() - (self.tally.started or time.monotonic()))}")
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        return workfiles.read_text(path).splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []

@@ -7,6 +7,7 @@ pipeline finished, so a run started again resumes at the first incomplete one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,7 +26,7 @@ from opsynth.errors import OpsynthError
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.pipeline import workfiles
 from opsynth.pipeline.graph import ACCEPTED, EXECUTE_REJECTED, PREPARED, build_execute, build_prepare
-from opsynth.pipeline.progress import ExecutionProgress
+from opsynth.pipeline.progress import CheckpointWatch, ExecutionProgress
 from opsynth.pipeline.rounds import (
     CHECKPOINTED_FILE,
     DONE_MARKER,
@@ -36,6 +37,7 @@ from opsynth.pipeline.rounds import (
     dedup_files,
     intact,
     leave_pending,
+    prepared_candidates,
     progress_dir,
     recorded_plan,
     round_records,
@@ -53,6 +55,7 @@ PREPARE_PROCESSES = 8  # each loads torch and the KernelBench reference
 QUIET_HARNESS = ["--default_sdk_harness_log_level", "WARNING"]  # the processes' start-up chatter
 SHAPE_CORES = 4  # cores per shape-check worker, where the CPU stages run in this process
 MAX_SHAPE_WORKERS = 4
+WATCH_EVERY_S = 30.0  # how often the driver reads the checkpoints of an execution that runs in other processes
 
 
 class Pools(NamedTuple):
@@ -113,7 +116,7 @@ def round_results(
         prepare_round(inputs, options, execution, beam_args, pools, log)
         if before_execution is not None:
             before_execution()
-        execute_round(inputs, options, execution, work_root, beam_args, pools, wanted)
+        execute_round(inputs, options, execution, work_root, beam_args, pools, wanted, log)
 
     resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
     if not resumed:
@@ -184,8 +187,11 @@ def prepare_round(
     workfiles.write_text(workfiles.join(round_dir, PREPARED_MARKER), "")
 
 
-def execute_round(inputs: RoundInputs, options, execution, work_root, beam_args, pools: Pools, wanted=None) -> None:
-    """A prepared round's execution; interrupted, it starts again, its checkpointed results reused."""
+def execute_round(
+    inputs: RoundInputs, options, execution, work_root, beam_args, pools: Pools, wanted=None, log=print
+) -> None:
+    """A prepared round's execution; interrupted, it starts again, its checkpointed results reused. Where it runs
+    in other processes, its progress is read from its checkpoints and told to `log`."""
     round_dir = inputs.round_dir
     for leftover in (f"{ACCEPTED}-*", f"{EXECUTE_REJECTED}-*", "beam-temp-*"):
         workfiles.delete_matching(workfiles.join(round_dir, leftover))
@@ -193,10 +199,12 @@ def execute_round(inputs: RoundInputs, options, execution, work_root, beam_args,
     progress = progress_dir(work_root, round_dir)
     workfiles.mkdirs(progress)
     work = workfiles.read_json(workfiles.join(round_dir, PREPARE_WORK_FILE), {})
-    executed = run_pipeline(
-        beam_args,
-        lambda p: build_execute(p, prepared_files, options, execution, round_dir, progress, pools.execution, wanted),
-    )
+    here = runs_in_this_process(beam_args)
+    build = partial(build_execute, prepared_files=prepared_files, options=options, execution=execution,
+                    round_dir=round_dir, progress_dir=progress, pool=pools.execution, wanted=wanted,
+                    report=here)  # fmt: skip
+    with contextlib.nullcontext() if here else _watch(round_dir, progress, wanted, log):
+        executed = run_pipeline(beam_args, build)
     for stage, seconds in executed.items():
         work[stage] = work.get(stage, 0.0) + seconds
     workfiles.write_text(workfiles.join(round_dir, WORK_FILE), json.dumps(work, sort_keys=True))
@@ -204,6 +212,16 @@ def execute_round(inputs: RoundInputs, options, execution, work_root, beam_args,
     summary = {"verdicts": len(checkpointed.done), "phase_s": checkpointed.phase_totals()}
     workfiles.write_text(workfiles.join(round_dir, CHECKPOINTED_FILE), json.dumps(summary, sort_keys=True))
     workfiles.write_text(workfiles.join(round_dir, DONE_MARKER), "")
+
+
+def _watch(round_dir: str, progress: str, wanted: dict[str, int] | None, log) -> CheckpointWatch:
+    """The driver's watch on a round's execution elsewhere: its prepared candidates less those checkpointed
+    already (a resumed round's), and of the kept ones `wanted` asks of each data source, those still missing."""
+    done = ExecutionProgress(progress).load().done
+    prepared = Counter(c.data_source for c in prepared_candidates(round_dir).values())
+    kept = Counter(final.data_source for final, verdict, _ in done.values() if verdict.kept)
+    needed = None if wanted is None else sum(max(0, min(n, wanted.get(s, 0)) - kept[s]) for s, n in prepared.items())
+    return CheckpointWatch(progress, max(0, prepared.total() - len(done)), needed, WATCH_EVERY_S, log)
 
 
 class Beside:

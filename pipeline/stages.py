@@ -37,7 +37,7 @@ from opsynth.filters.worker_process import SHAPES
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.compose import CompositionError
 from opsynth.pipeline.candidates import input_elements, make_candidate, rescale_candidate
-from opsynth.pipeline.progress import ExecutionProgress
+from opsynth.pipeline.progress import ExecutionProgress, Tally
 from opsynth.pipeline.selection import FillPoint
 from opsynth.reasons import DUPLICATE, NOT_NEEDED, SHAPE_ERROR, Verdict
 from opsynth.records import Candidate, CandidateSpec, Rejection
@@ -333,53 +333,11 @@ def _warn(message: str) -> None:
     print(f"opsynth: {message}", file=sys.stderr)
 
 
-class _Tally:
-    """This process's fresh verdicts in one execution stage, reported (to stderr) as they are checkpointed: how
-    many of the candidates it was handed have run, how many of the kept ones the fill point still asks for are in,
-    and the time that leaves at the rate they come in."""
-
-    def __init__(self, report: bool = True):
-        self.checked = self.kept = self.handed = self.needed = 0
-        self.started: float | None = None
-        self.shown = report
-
-    def start(self, handed: int, needed: int | None) -> None:
-        """A batch begins: `handed` candidates to run, of which `needed` are wanted kept (None: all of them run)."""
-        if self.started is None:
-            self.started = time.monotonic()
-        self.handed += handed
-        self.needed += handed if needed is None else min(handed, needed)
-
-    def add(self, verdict: Verdict) -> None:
-        self.checked += 1
-        self.kept += verdict.kept
-
-    def line(self, elapsed: float) -> str:
-        done = f"executed {self.checked:,} of at most {self.handed:,} candidates, kept {self.kept:,}"
-        if self.needed:
-            done += f" of the {self.needed:,} needed ({min(1.0, self.kept / self.needed):.0%})"
-        if elapsed <= 0:
-            return done
-        done += f" ({elapsed:.0f} s, {self.checked / elapsed:.1f}/s"
-        if 0 < self.kept < self.needed:
-            done += f", about {_duration((self.needed - self.kept) * elapsed / self.kept)} left"
-        return done + ")"
-
-    def report(self) -> None:
-        if not self.shown:
-            return
-        print(f"  {self.line(time.monotonic() - (self.started or time.monotonic()))}", file=sys.stderr)
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
-
-
 class _Checkpointer:
     """Writes a batch's results to the run's checkpoints as they come in, at most every CHECKPOINT_EVERY_S, so
     a run stopped mid-batch loses only the last seconds of work, however large the batch."""
 
-    def __init__(self, progress: ExecutionProgress, entered: list[Candidate], tally: _Tally):
+    def __init__(self, progress: ExecutionProgress, entered: list[Candidate], tally: Tally):
         self.progress = progress
         self.entered = entered
         self.tally = tally
@@ -435,7 +393,7 @@ class _ExecuteBatchFn(beam.DoFn):
         self.shared_pool = pool
         self.pool: WorkerPool | None = None
         self.progress: ExecutionProgress | None = None
-        self.tally = _Tally(report)
+        self.tally = Tally(report)
 
     def setup(self) -> None:
         # One pool per process for every pipeline given the same handle: a run's rounds start workers once.

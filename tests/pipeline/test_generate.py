@@ -121,7 +121,33 @@ def test_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(g
     assert "seed" in capsys.readouterr().err
 
 
-def test_same_seed_same_dataset_on_both_local_runners_and_resume_after_losing_the_outputs(tmp_path, capsys):
+@pytest.fixture
+def beam_worker_pool():
+    """An external pool of Beam SDK workers, as a portable runner's machines run them: its address."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"]
+    pool = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # up once it listens
+            with socket.socket() as s:
+                if s.connect_ex(("localhost", port)) == 0:
+                    break
+            assert pool.poll() is None, "the worker pool exited"
+            time.sleep(0.1)
+        yield f"localhost:{port}"
+    finally:
+        pool.kill()
+        pool.wait()
+
+
+def test_same_seed_same_dataset_on_every_runner_and_resume_after_losing_the_outputs(tmp_path, capsys, beam_worker_pool):
     # A window no task can leave: timing noise at a window's edge may legitimately change a verdict.
     argv = ["--num-samples", "10", "--seed", "11", *TINY, "--no-compile-check", "--runtime-window-ms", "0,10000"]
     assert main(["generate", "--out", str(tmp_path / "a"), *argv]) == 0
@@ -137,16 +163,20 @@ def test_same_seed_same_dataset_on_both_local_runners_and_resume_after_losing_th
     )
     assert summary["funnel"]["select"] == 10 and summary["funnel"]["compose"] >= 10 and not shown.err
     multi = ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]
-    assert main(["generate", "--out", str(tmp_path / "c"), *argv, *multi]) == 0
-    # Rounds and checkpoints in a separate work folder (an object store on a distributed runner).
-    capsys.readouterr()
-    assert main(["generate", "--out", str(tmp_path / "d"), "--work-dir", str(tmp_path / "work"), *argv, "--quiet"]) == 0
+    assert main(["generate", "--out", str(tmp_path / "c"), *argv, *multi, "--quiet"]) == 0
     shown = capsys.readouterr()
     assert shown.out.startswith("wrote 10 rows to ") and shown.out.count("\n") == 1 and not shown.err
+    # The portable runner, with its SDK workers in an external pool, rounds and checkpoints in a separate work
+    # folder (an object store on a distributed runner); its progress reaches this terminal from the checkpoints.
+    portable = ["--runner", "PortableRunner", "--job_endpoint", "embed", "--environment_type", "EXTERNAL",
+                "--environment_config", beam_worker_pool]  # fmt: skip
+    assert main(["generate", "--out", str(tmp_path / "d"), "--work-dir", str(tmp_path / "work"), *argv, *portable]) == 0
+    shown = capsys.readouterr()
+    assert re.search(r"\n  executed \d+ of at most \d+ candidates, kept \d+ of the \d+ needed", shown.err), shown.err
     assert sorted(p.name for p in (tmp_path / "d" / ".opsynth").iterdir()) == ["config.json", "lock"]
     assert (tmp_path / "work" / "round-00000" / "_SUCCESS").exists()
     ids = [load_dataset(str(tmp_path / d), split="train")["id"] for d in "abcd"]
-    assert ids[0] == ids[1] == ids[2] == ids[3]  # in-process and multi-process Beam runs make the same dataset
+    assert ids[0] == ids[1] == ids[2] == ids[3]  # in-process, multi-process and portable runs: the same dataset
     # A run killed after its rounds but before its final files resumes from the finished rounds.
     for name in ("stats.json", "README.md"):
         (tmp_path / "a" / name).unlink()

@@ -10,6 +10,7 @@ from apache_beam.utils.shared import Shared
 
 from opsynth.config import WORKLOADS
 from opsynth.filters.execution import ExecutionConfig
+from opsynth.pipeline.progress import Tally
 from opsynth.pipeline.stages import (
     KEPT,
     REJECTED,
@@ -114,7 +115,7 @@ def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reporte
             recorded.append([c.index for c in entered])
 
     candidates = [_candidate(i, fixtures.GOOD) for i in range(3)]
-    tally = opsynth.pipeline.stages._Tally()
+    tally = Tally()
     tally.start(3, 2)
     checkpoint = opsynth.pipeline.stages._Checkpointer(Progress(), candidates, tally)
     checkpoint.add(2, (candidates[2], Verdict(KEEP, ""), 0))
@@ -131,9 +132,7 @@ def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reporte
 
 
 def test_the_progress_line_says_what_is_left_at_the_rate_kept_candidates_come_in():
-    import opsynth.pipeline.stages
-
-    tally = opsynth.pipeline.stages._Tally()
+    tally = Tally()
     tally.start(400, 100)
     for reason in [KEEP] * 25 + [RUNTIME_BELOW_WINDOW] * 15:
         tally.add(Verdict(reason, ""))
@@ -141,7 +140,7 @@ def test_the_progress_line_says_what_is_left_at_the_rate_kept_candidates_come_in
     assert (
         line == "executed 40 of at most 400 candidates, kept 25 of the 100 needed (25%) (60 s, 0.7/s, about 3 min left)"
     )
-    unbounded = opsynth.pipeline.stages._Tally()
+    unbounded = Tally()
     unbounded.start(10, None)  # every candidate runs: all of them are needed
     unbounded.add(Verdict(KEEP, ""))
     assert unbounded.line(2.0).endswith("kept 1 of the 10 needed (10%) (2 s, 0.5/s, about 18 s left)")
