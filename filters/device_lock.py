@@ -141,6 +141,11 @@ class DeviceLock:
             time.sleep(SLOT_POLL_S)
 
 
+def shared_mode(lock):
+    """The lock's shared mode where it has one (a GPU's DeviceLock), for the checks' device work."""
+    return lock.shared() if hasattr(lock, "shared") else lock
+
+
 def open_watch(path: str) -> memoryview:
     """The watch at `path`: a file of WATCH_FIELDS doubles (zeros if new), mapped shared, so that the lock of a
     worker process writes it and the pool reads it."""

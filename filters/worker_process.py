@@ -154,7 +154,7 @@ def _serve(conn: Connection, containment: dict) -> None:
 
     from opsynth.filters import integrity
     from opsynth.filters.device_lock import open_watch
-    from opsynth.filters.execution import is_fatal_cuda_error, verdict_to_wire
+    from opsynth.filters.verdicts import is_fatal_cuda_error, verdict_to_wire
     from opsynth.reasons import TAMPERING, Verdict
 
     cfg = setup.config

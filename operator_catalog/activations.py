@@ -13,7 +13,9 @@ FAMILY = "activations"
 ANY_RANK = (2, 3, 4, 5)
 
 
-def _plain(name: str, style: str):
+def plain_call(name: str, style: str):
+    """A sampler of one call without arguments of its own (`torch.relu(x)`, `nn.Identity()`)."""
+
     def sample(ctx: SampleContext) -> OpCall:
         return OpCall(name=name, style=style, target=name)
 
@@ -139,7 +141,7 @@ def _dropout(name: str, style: str):
 
 
 ENTRIES = (
-    [OpEntry(name=n, family=FAMILY, sampler=_plain(n, s), ranks=ANY_RANK) for n, s in PLAIN]
+    [OpEntry(name=n, family=FAMILY, sampler=plain_call(n, s), ranks=ANY_RANK) for n, s in PLAIN]
     + [OpEntry(name=n, family=FAMILY, sampler=_with_kwargs(n, s, c), ranks=ANY_RANK) for n, s, c in PARAMETRISED]
     + [OpEntry(name=n, family=FAMILY, sampler=_softmax_like(n, s), ranks=ANY_RANK) for n, s in SOFTMAX]
     + [
@@ -147,7 +149,7 @@ ENTRIES = (
         OpEntry(name="nn.GLU", family=FAMILY, sampler=_glu("nn.GLU", "module"), ranks=ANY_RANK),
         OpEntry(name="F.rrelu", family=FAMILY, sampler=_rrelu, ranks=ANY_RANK),
         OpEntry(name="nn.Threshold", family=FAMILY, sampler=_threshold, ranks=ANY_RANK),
-        OpEntry(name="nn.Identity", family=FAMILY, sampler=_plain("nn.Identity", "module"), ranks=ANY_RANK),
+        OpEntry(name="nn.Identity", family=FAMILY, sampler=plain_call("nn.Identity", "module"), ranks=ANY_RANK),
         OpEntry(name="nn.Dropout", family=FAMILY, sampler=_dropout("nn.Dropout", "module"), ranks=ANY_RANK),
         OpEntry(name="F.dropout", family=FAMILY, sampler=_dropout("F.dropout", "function"), ranks=ANY_RANK),
         OpEntry(name="nn.Dropout2d", family=FAMILY, sampler=_dropout("nn.Dropout2d", "module"), ranks=(4,)),

@@ -18,11 +18,12 @@ from collections.abc import Callable
 
 from apache_beam.io.filesystems import FileSystems
 
-from opsynth.filters.execution import verdict_from_wire, verdict_to_wire
+from opsynth.filters.verdicts import verdict_from_wire, verdict_to_wire
 from opsynth.pipeline import workfiles
 from opsynth.reasons import Verdict
 from opsynth.records import Candidate, sealed, unsealed
 
+CHECKPOINT_EVERY_S = 30.0  # the execution stage writes its finished results at least this often
 Result = tuple[Candidate, Verdict, int]  # the final (possibly calibrated) candidate, its verdict, calibration steps
 
 
@@ -131,6 +132,31 @@ class Tally:
 
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+class Checkpointer:
+    """Writes a batch's results to the run's checkpoints as they come in, at most every CHECKPOINT_EVERY_S, so
+    a run stopped mid-batch loses only the last seconds of work, however large the batch."""
+
+    def __init__(self, progress: ExecutionProgress, entered: list[Candidate], tally: Tally):
+        self.progress = progress
+        self.entered = entered
+        self.tally = tally
+        self.pending: list[tuple[Candidate, tuple]] = []
+        self.last = time.monotonic()
+
+    def add(self, i: int, result: tuple) -> None:
+        self.pending.append((self.entered[i], result))
+        self.tally.add(result[1])
+        if time.monotonic() - self.last >= CHECKPOINT_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.progress.record([c for c, _ in self.pending], [r for _, r in self.pending])
+            self.pending = []
+            self.tally.report()
+        self.last = time.monotonic()
 
 
 class CheckpointWatch:

@@ -37,7 +37,7 @@ from opsynth.filters.worker_process import SHAPES
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.compose import CompositionError
 from opsynth.pipeline.candidates import input_elements, make_candidate, rescale_candidate
-from opsynth.pipeline.progress import ExecutionProgress, Tally
+from opsynth.pipeline.progress import Checkpointer, ExecutionProgress, Tally
 from opsynth.pipeline.selection import FillPoint
 from opsynth.reasons import DUPLICATE, NOT_NEEDED, SHAPE_ERROR, Verdict
 from opsynth.records import Candidate, CandidateSpec, Rejection
@@ -48,7 +48,6 @@ REJECTED = "rejected"
 MEMBERS, EARLIER = "members", "earlier"  # the sides of a join of this round's candidates with earlier rounds' state
 COUNTER_NAMESPACE = "opsynth"
 TIME_SUFFIX = "_work_us"
-CHECKPOINT_EVERY_S = 30.0  # the execution stage writes its finished results at least this often
 SHAPE_BATCH = 256  # candidates handed to the shape check's workers at once
 
 
@@ -333,31 +332,6 @@ def _warn(message: str) -> None:
     print(f"opsynth: {message}", file=sys.stderr)
 
 
-class _Checkpointer:
-    """Writes a batch's results to the run's checkpoints as they come in, at most every CHECKPOINT_EVERY_S, so
-    a run stopped mid-batch loses only the last seconds of work, however large the batch."""
-
-    def __init__(self, progress: ExecutionProgress, entered: list[Candidate], tally: Tally):
-        self.progress = progress
-        self.entered = entered
-        self.tally = tally
-        self.pending: list[tuple[Candidate, tuple]] = []
-        self.last = time.monotonic()
-
-    def add(self, i: int, result: tuple) -> None:
-        self.pending.append((self.entered[i], result))
-        self.tally.add(result[1])
-        if time.monotonic() - self.last >= CHECKPOINT_EVERY_S:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.pending:
-            self.progress.record([c for c, _ in self.pending], [r for _, r in self.pending])
-            self.pending = []
-            self.tally.report()
-        self.last = time.monotonic()
-
-
 def execution_order(candidates: list[Candidate]) -> list[Candidate]:
     """Each data source's candidates in index order, the sources interleaved, each over its EXECUTION_SPREAD
     of the list: the order in which a fill point (see `FillPoint`) is reached soon, past which the last ones
@@ -415,7 +389,7 @@ class _ExecuteBatchFn(beam.DoFn):
         if todo:
             # the kept candidates the fill point asks of this batch, beyond those its checkpoints hold
             self.tally.start(len(todo), None if fill is None else fill.missing())
-            checkpoint = _Checkpointer(self.progress, todo, self.tally)
+            checkpoint = Checkpointer(self.progress, todo, self.tally)
 
             def on_result(i: int, result: tuple) -> None:
                 if result[1].reason == NOT_NEEDED:

@@ -68,3 +68,13 @@ def test_the_ground_floor_does_not_import_torch_or_beam():
         if floor_of(name) == 0:
             heavy += [f"{name} -> {t}" for t in imported(path) if t.split(".")[0] in {"torch", "apache_beam"}]
     assert not heavy
+
+
+def test_tests_import_no_private_names_of_the_package():
+    """Tests use what the package offers, so its insides can move without them."""
+    private = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("opsynth"):
+                private += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert private == []

@@ -229,7 +229,8 @@ def test_the_time_limit_counts_cpu_time_so_a_task_kept_from_the_cores_by_a_loade
 
 def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
     from opsynth.filters.comparison import tensors_close
-    from opsynth.filters.execution import CheckFailed, _check_outputs
+    from opsynth.filters.output_checks import check_outputs
+    from opsynth.filters.verdicts import CheckFailed
 
     base = torch.randn(64, 128)  # past the probe: 8,192 elements
     late = base.clone()
@@ -242,7 +243,7 @@ def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
 
     def judged(outputs):
         try:
-            _check_outputs([[t] for t in outputs], [outputs[0]], CPU)
+            check_outputs([[t] for t in outputs], [outputs[0]], CPU)
         except CheckFailed as failed:
             return failed.verdict.detail
         return "distinguishable"
@@ -265,7 +266,7 @@ def test_outputs_judged_from_probes_and_ranges_are_judged_as_in_full():
         holed = base.clone()
         holed[-1, -1] = bad
         with pytest.raises(CheckFailed) as failed:
-            _check_outputs([[base], [holed]], [base], CPU)
+            check_outputs([[base], [holed]], [base], CPU)
         assert failed.value.verdict.reason == NOT_FINITE
 
 
@@ -286,7 +287,8 @@ def test_differing_elements_are_counted_chunk_by_chunk_up_to_enough(monkeypatch)
 
 def test_a_saturated_output_is_indistinguishable_whatever_the_seed():
     """tanh of a log_softmax over 2,048 values is -1 within tolerance but for a seed's largest inputs."""
-    from opsynth.filters.execution import CheckFailed, _check_outputs
+    from opsynth.filters.output_checks import check_outputs
+    from opsynth.filters.verdicts import CheckFailed
 
     draws = []
     for seed in range(3):
@@ -295,7 +297,7 @@ def test_a_saturated_output_is_indistinguishable_whatever_the_seed():
         x[0, 0] = 6.0  # one extreme input, as a large draw has: its output element is told apart
         draws.append([torch.tanh(torch.log_softmax(x, dim=1))])
     with pytest.raises(CheckFailed) as failed:
-        _check_outputs(draws, draws[0], CPU)
+        check_outputs(draws, draws[0], CPU)
     assert failed.value.verdict.reason == "indistinguishable_outputs"
 
 
@@ -366,9 +368,10 @@ def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(ev
     """The CUDA order after the checks, run on the CPU with a stand-in timer (one call per hold of the GPU)."""
     import contextlib
 
-    from opsynth.filters.execution import COMPILE_FIRST_MARGIN, CheckFailed, _cuda_timings
+    from opsynth.filters.execution import COMPILE_FIRST_MARGIN, cuda_timings
     from opsynth.filters.task_loading import load_task
     from opsynth.filters.timing import PhaseClock
+    from opsynth.filters.verdicts import CheckFailed
 
     cfg = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=10, compile_backend="aot_eager")
     task = load_task(source)
@@ -388,11 +391,11 @@ def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(ev
     clock = PhaseClock()
     measurements = {"eager_ms": events_ms}
     if reason is None:
-        measured = _cuda_timings(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, measurements, timer)
+        measured = cuda_timings(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, measurements, timer)
         assert (measured["eager_ms"], measured["compile_ms"]) == (eager_ms, eager_ms / 2)
     else:
         with pytest.raises(CheckFailed) as failed:
-            _cuda_timings(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, measurements, timer)
+            cuda_timings(model, inputs, eager_out, cfg, contextlib.nullcontext(), clock, measurements, timer)
         assert failed.value.verdict.reason == reason
         assert failed.value.verdict.measurements["eager_ms"] == eager_ms  # what was measured stays with it
     assert seen == holds
@@ -401,7 +404,7 @@ def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(ev
     no_check = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=10, compile_check=False)
     seen.clear()
     if reason is None:
-        assert "compile_ms" not in _cuda_timings(model, inputs, eager_out, no_check, None, PhaseClock(),
+        assert "compile_ms" not in cuda_timings(model, inputs, eager_out, no_check, None, PhaseClock(),
                                                  {"eager_ms": events_ms}, timer)  # fmt: skip
         assert seen == [["eager_timing"]]
 
@@ -410,9 +413,9 @@ def test_a_draws_outputs_are_reduced_as_they_come_and_not_kept():
     """The checks hold the first draw's outputs and the current one's, not all five: memory for larger tasks."""
     import weakref
 
-    from opsynth.filters.execution import _Outputs
+    from opsynth.filters.output_checks import DrawOutputs
 
-    judged = _Outputs([torch.randn(100)], CPU)
+    judged = DrawOutputs([torch.randn(100)], CPU)
     out = torch.randn(100)
     alive = weakref.ref(out)
     judged.add([out])
@@ -421,23 +424,24 @@ def test_a_draws_outputs_are_reduced_as_they_come_and_not_kept():
 
 
 def test_on_cuda_the_events_decide_a_task_below_the_window_before_the_profiler():
-    from opsynth.filters.execution import CheckFailed, _check_events
+    from opsynth.filters.execution import check_events
+    from opsynth.filters.verdicts import CheckFailed
 
     window = (1.0, 100.0)
     for events_ms, reason in ((0.9, RUNTIME_BELOW_WINDOW), (301.0, RUNTIME_ABOVE_WINDOW)):
         with pytest.raises(CheckFailed) as failed:
-            _check_events({"eager_event_ms": events_ms}, window)
+            check_events({"eager_event_ms": events_ms}, window)
         assert failed.value.verdict.reason == reason
         assert failed.value.verdict.measurements["eager_ms"] == events_ms  # what calibration rescales from
     for events_ms in (1.0, 50.0, 250.0):  # in the window, or above it by no more than the gaps may make up
-        _check_events({"eager_event_ms": events_ms}, window)
+        check_events({"eager_event_ms": events_ms}, window)
 
 
 def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
     """Another process's compiled kernels (and Triton's autotuning runs) would slow a task being timed."""
     import contextlib
 
-    from opsynth.filters.execution import _locked_backend
+    from opsynth.filters.compiled_model import locked_backend
 
     class Lock:
         held = False
@@ -456,7 +460,7 @@ def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
     lock = Lock()
     torch._dynamo.reset()
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
-    compiled = torch.compile(model, backend=_locked_backend("aot_eager", lock))
+    compiled = torch.compile(model, backend=locked_backend("aot_eager", lock))
     x = torch.randn(4, 8)
     with torch.no_grad():
         assert torch.allclose(compiled(x), model(x))
@@ -465,11 +469,11 @@ def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
         compiled(x)
     assert lock.runs == 1
     with torch.no_grad():  # with no lock to hold (the CPU), it just runs
-        assert torch.allclose(torch.compile(model, backend=_locked_backend("aot_eager", None))(x), model(x))
+        assert torch.allclose(torch.compile(model, backend=locked_backend("aot_eager", None))(x), model(x))
 
 
 def test_a_cuda_error_in_the_compiled_model_also_retires_the_worker():
-    from opsynth.filters.execution import is_fatal_cuda_error
+    from opsynth.filters.verdicts import is_fatal_cuda_error
     from opsynth.reasons import Verdict
 
     assert is_fatal_cuda_error(Verdict(COMPILE_ERROR, "RuntimeError: CUDA error: device-side assert triggered"))

@@ -7,7 +7,7 @@ from opsynth.commands.catalog_check import check_entry, execute_entry
 from opsynth.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES, WORKLOADS
 from opsynth.filters.execution import execution_config
 from opsynth.operator_catalog import OpEntry, all_entries, get
-from opsynth.operator_catalog.activations import _plain
+from opsynth.operator_catalog.activations import plain_call
 from opsynth.operator_catalog.registry import UnknownOperator
 
 ENTRIES = [e for e in all_entries() if e.excluded is None]
@@ -83,9 +83,9 @@ def test_every_entry_appears_in_a_task_that_passes_the_filters_on_cpu(entry):
 
 def test_entry_validation_rejects_bad_entries():
     with pytest.raises(ValueError, match="ranks"):
-        OpEntry(name="torch.relu", family="activations", sampler=_plain("torch.relu", "function"), ranks=())
+        OpEntry(name="torch.relu", family="activations", sampler=plain_call("torch.relu", "function"), ranks=())
     with pytest.raises(ValueError, match="domain"):
-        OpEntry(name="torch.relu", family="activations", sampler=_plain("torch.relu", "function"), ranks=(2,),
+        OpEntry(name="torch.relu", family="activations", sampler=plain_call("torch.relu", "function"), ranks=(2,),
                 domain="complex")  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from apache_beam.utils.shared import Shared
 
 from opsynth.config import WORKLOADS
 from opsynth.filters.execution import ExecutionConfig
-from opsynth.pipeline.progress import Tally
+from opsynth.pipeline.progress import Checkpointer, Tally
 from opsynth.pipeline.stages import (
     KEPT,
     REJECTED,
@@ -106,7 +106,7 @@ def test_pipelines_given_one_pool_handle_start_execution_workers_once(pools_made
 
 
 def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reported(monkeypatch, capsys):
-    import opsynth.pipeline.stages
+    import opsynth.pipeline.progress
 
     recorded: list[list[int]] = []
 
@@ -117,14 +117,14 @@ def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reporte
     candidates = [_candidate(i, fixtures.GOOD) for i in range(3)]
     tally = Tally()
     tally.start(3, 2)
-    checkpoint = opsynth.pipeline.stages._Checkpointer(Progress(), candidates, tally)
+    checkpoint = Checkpointer(Progress(), candidates, tally)
     checkpoint.add(2, (candidates[2], Verdict(KEEP, ""), 0))
     checkpoint.add(0, (candidates[0], Verdict(RUNTIME_BELOW_WINDOW, "eager 0.1 ms < 1.0 ms"), 2))
     assert recorded == []  # within the interval: held
     checkpoint.flush()
     assert recorded == [[2, 0]]
     assert "executed 2 of at most 3 candidates, kept 1 of the 2 needed (50%)" in capsys.readouterr().err
-    monkeypatch.setattr(opsynth.pipeline.stages, "CHECKPOINT_EVERY_S", 0.0)
+    monkeypatch.setattr(opsynth.pipeline.progress, "CHECKPOINT_EVERY_S", 0.0)
     checkpoint.add(1, (candidates[1], Verdict(KEEP, ""), 0))
     checkpoint.flush()  # nothing left to write
     assert recorded == [[2, 0], [1]]

@@ -1,0 +1,102 @@
+"""The compiled model of the compile check: `torch.compile` with its graphs' runs holding the GPU's lock (shared,
+never while compiling), its first run's autotuning bound (filters.autotuning), its agreement with eager and its
+timing on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from opsynth.filters.comparison import flatten_outputs, outputs_close
+from opsynth.filters.device_lock import shared_mode
+from opsynth.filters.timing import PhaseClock, host_time_ms
+from opsynth.filters.verdicts import CheckFailed, classify_error
+from opsynth.reasons import COMPILE_ERROR, COMPILE_MISMATCH, OUT_OF_MEMORY, one_line
+
+if TYPE_CHECKING:
+    from opsynth.filters.execution import ExecutionConfig
+
+COMPILED_WARMUP = 2  # CUDA: after the compiling call, which ran the compiled model once already
+
+
+def locked_backend(backend: str, lock, clock: PhaseClock | None = None):
+    """The torch.compile backend `backend`, with each compiled graph run holding `lock`'s shared mode (unless
+    this process holds the lock already), timed as `compiled_first_run` on `clock`. Compiling, host work,
+    overlaps other tasks' timings; running the compiled kernels, the first run's autotuning of Triton's
+    configurations included, does not. That first run may take seconds of benchmarking, so it is bound by the
+    task's time limit, not the lock's hold limit."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    inner = lookup_backend(backend)
+    clock = clock or PhaseClock()
+
+    def compile_graph(graph, example_inputs):
+        compiled = inner(graph, example_inputs)
+
+        def run(*args):
+            if getattr(lock, "held", True):  # held already, or no lock to hold
+                return compiled(*args)
+            unwatched = lock.unwatched_holds() if hasattr(lock, "unwatched_holds") else contextlib.nullcontext()
+            with unwatched, clock.holding(shared_mode(lock)), clock("compiled_first_run"):
+                out = compiled(*args)
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()  # its kernels done before the lock is let go
+                return out
+
+        return run
+
+    return compile_graph
+
+
+def compile_failure(error: Exception, measurements: dict[str, Any] | None = None) -> CheckFailed:
+    reason = OUT_OF_MEMORY if classify_error(error).reason == OUT_OF_MEMORY else COMPILE_ERROR
+    return CheckFailed(reason, one_line(error), measurements)
+
+
+def compile_model(model, inputs: list, cfg: ExecutionConfig, device_lock, clock: PhaseClock) -> tuple[Any, list]:
+    """The compiled model and the flattened output of its first (compiling) call, timed as `compile`."""
+    import torch._dynamo  # here, not above: the driver imports this module and never compiles
+
+    torch._dynamo.reset()
+    with clock("compile"), torch.no_grad():
+        compiled = torch.compile(model, backend=locked_backend(cfg.compile_backend, device_lock, clock))
+        return compiled, flatten_outputs(compiled(*inputs))
+
+
+MISMATCH_DETAIL = "torch.compile output differs from eager beyond tolerance"
+
+
+def compile_check_cpu(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock,
+                       measurements) -> float:  # fmt: skip
+    """The compiled model's time by the host clock; raises CheckFailed (with what was measured) where it fails
+    to compile or disagrees with eager."""
+    try:
+        compiled, compiled_out = compile_model(model, inputs, cfg, device_lock, clock)
+        with clock.holding(device_lock), clock("compiled_timing"):
+            compile_ms = host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
+            agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
+    except Exception as e:
+        raise compile_failure(e, measurements) from None
+    if not agree:
+        raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL, measurements)
+    return compile_ms
+
+
+def compiled_for_timing(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock,
+                         measurements) -> Any:  # fmt: skip
+    """CUDA: the compiled model, warmed up and found to agree with eager (sharing the GPU like the eager checks),
+    ready to be timed; raises CheckFailed, with what was measured, where it fails to compile or disagrees."""
+    try:
+        compiled, compiled_out = compile_model(model, inputs, cfg, device_lock, clock)
+        with clock.holding(shared_mode(device_lock)), clock("compiled_checks"), torch.no_grad():
+            for _ in range(COMPILED_WARMUP):
+                compiled(*inputs)
+            agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
+    except Exception as e:
+        raise compile_failure(e, measurements) from None
+    if not agree:
+        raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL, measurements)
+    return compiled
