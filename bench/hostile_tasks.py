@@ -30,7 +30,7 @@ def task(forward_body: str, init_body: str = "pass") -> str:
     )
 
 
-GOOD = task("return torch.relu(self.linear(x))", "self.linear = nn.Linear(32, 16)")
+GOOD = task("return torch.tanh(self.linear(x)) * 2", "self.linear = nn.Linear(32, 16)")
 STOCHASTIC = task("return torch.nn.functional.dropout(x, p=0.5, training=True)")
 CONSTANT = task("return torch.ones_like(x)")
 SEGFAULT = task("import ctypes\nctypes.string_at(0)\nreturn x")

@@ -1,4 +1,5 @@
-"""`opsynth similarity`: the three KernelBench similarity signals of existing tasks, one JSON line each."""
+"""`opsynth similarity`: the four KernelBench similarity signals of existing tasks, one JSON line each; a flagged
+task's line says why (the KernelBench task, the signal, and for the operator graph the operators shared)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def register(sub) -> None:
     sim = add_command(
         sub,
         "similarity",
-        "KernelBench similarity of tasks: the paper's AST score, the normalized one, MinHash Jaccard",
+        "KernelBench similarity of tasks: the paper's AST score, the normalized one, MinHash, the operator graph",
         "examples:\n  opsynth similarity task.py\n  opsynth similarity train.parquet --report sims.jsonl",
         run,
     )
@@ -50,20 +51,23 @@ def similarity_report(
 ) -> tuple[list[dict], str]:
     """(one record per task, a one-line summary)."""
     from opsynth.commands.validation import read_tasks
-    from opsynth.filters.decontamination import TOO_DEEP, near_duplicate_reason, similarity
+    from opsynth.filters.decontamination import TOO_DEEP, near_duplicate_reason, recorded_graphs, similarity
 
     tasks = read_tasks(input_path)
+    graphs = recorded_graphs([source for _, source in tasks])  # task code runs in contained workers only
     key = "row" if input_path.endswith(".parquet") else "task"
     lines = []
-    for name, source in tasks:
+    for (name, source), (graph, nodes) in zip(tasks, graphs, strict=True):
         label = {key: int(name) if key == "row" and name.isdigit() else name}
         try:
-            s = similarity(source, index)
+            s = similarity(source, index, graph, nodes)
         except RecursionError:
             lines.append({**label, "error": TOO_DEEP})
             continue
-        flagged = near_duplicate_reason(s, similarity_threshold, jaccard_threshold) is not None
-        lines.append({**label, **s.measurements(), "kernelbench_near_duplicate": flagged})
+        why = near_duplicate_reason(s, similarity_threshold, jaccard_threshold)
+        shared = {"kb_graph_shared_operators": list(s.shared)} if s.graph is not None else {}
+        lines.append({**label, **s.measurements(), **shared, "kernelbench_near_duplicate": why is not None,
+                      **({"reason": why} if why else {})})  # fmt: skip
     scores = [line["kb_ast_similarity"] for line in lines if "error" not in line] or [0.0]
     flagged = sum(line.get("kernelbench_near_duplicate", False) for line in lines)
     summary = (

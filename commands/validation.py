@@ -136,7 +136,8 @@ def validate_tasks(
     jaccard_threshold: float,
 ) -> list[TaskResult]:
     """Every task's verdict: the shape check and the execution checks in contained worker processes (task code
-    never runs here), decontamination, which only parses, here in between."""
+        never runs here), decontamination, which parses the task and compares the operator graph its shape check
+    recorded, here in between."""
     verdicts: dict[int, Verdict] = {}
     measured: dict[int, dict] = {}
     to_execute: list[int] = []
@@ -146,7 +147,8 @@ def validate_tasks(
             if not shape.kept:
                 verdicts[i] = shape
                 continue
-            clean = decontaminate(source, index, similarity_threshold, jaccard_threshold)
+            graph, nodes = shape.measurements.get("graph"), shape.measurements.get("graph_nodes", 0)
+            clean = decontaminate(source, index, similarity_threshold, jaccard_threshold, graph, nodes)
             measured[i] = clean.measurements
             if not clean.kept:
                 verdicts[i] = clean

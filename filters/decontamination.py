@@ -1,12 +1,17 @@
-"""Decontamination against KernelBench levels 1-3, on the `Model` class, with three signals:
+"""Decontamination against KernelBench levels 1-3, on the `Model` class, with four signals:
 
 - `kb_ast_similarity`: the paper's structural AST similarity (continuous-eval's `PythonASTSimilarity`);
 - `kb_ast_similarity_normalized`: the same after removing no-ops (docstrings, annotations, ...), which an
   edited copy cannot dodge by adding a docstring;
-- `kb_minhash_jaccard`: MinHash Jaccard of token 3-grams of the canonicalized class (identifiers renamed).
+- `kb_minhash_jaccard`: MinHash Jaccard of token 3-grams of the canonicalized class (identifiers renamed);
+- `kb_graph_similarity`: how alike the graphs of ATen operators the two forwards compute are
+  (filters.compute_graph), which no rewrite of the spelling changes. A task of a single operator is not judged
+  by it: KernelBench's level 1 is single operators, the vocabulary every task is made of (the released set
+  holds many, a lone `nn.Tanh` among them), so a torch#1 row computing one of them is kept.
 
-The reference is an index of fingerprints (type-only AST skeletons and MinHash signatures, no source), built
-from a Parquet file, a folder of `.py` tasks or the Hub copy, or the one shipped in the package.
+The reference is an index of fingerprints (type-only AST skeletons, MinHash signatures and operator-graph
+features, no source), built from a Parquet file, a folder of `.py` tasks or the Hub copy, or the one shipped
+in the package. Its graphs are recorded by the shape check, in contained workers, as a candidate's are.
 """
 
 from __future__ import annotations
@@ -23,22 +28,25 @@ import numpy as np
 from opsynth import syntax
 from opsynth.config import (
     AST_SIMILARITY_THRESHOLD,
+    GRAPH_SIMILARITY_THRESHOLD,
     KERNELBENCH_JACCARD_THRESHOLD,
     MINHASH_PERMUTATIONS,
     MINHASH_SEED,
     MINHASH_SHINGLE,
 )
 from opsynth.filters.ast_similarity import Profile, SkeletonTable, best_match, profile
+from opsynth.filters.compute_graph import shared_operators
 from opsynth.filters.minhash import token_minhash
 from opsynth.filters.normalize import canonical_tree, code_tokens
 from opsynth.filters.task_loading import model_class_node
 from opsynth.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE, LOAD_ERROR, Verdict
 
 EMBEDDED_INDEX = "kernelbench_index.json.gz"
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 HUB_DATASET = "ScalingIntelligence/KernelBench"
 LEVELS = (1, 2, 3)
 TOO_DEEP = "nested too deeply to be compared with KernelBench"
+REFERENCE_WORKERS = 4  # processes that record the reference's graphs
 
 
 class ReferenceError_(ValueError):
@@ -77,10 +85,13 @@ class KernelBenchIndex:
     table: SkeletonTable
     raw_roots: tuple[int, ...]
     normalized_roots: tuple[int, ...]
+    graphs: tuple[dict[str, int] | None, ...]  # None: the task's forward could not be recorded on meta
     raw_profiles: list[Profile] = field(init=False)
     normalized_profiles: list[Profile] = field(init=False)
+    graph_totals: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.graph_totals = [sum(g.values()) if g else 0 for g in self.graphs]
         self.raw_profiles = [profile(self.table, r) for r in self.raw_roots]
         self.normalized_profiles = [profile(self.table, r) for r in self.normalized_roots]
 
@@ -106,6 +117,7 @@ class KernelBenchIndex:
             table=table,
             raw_roots=tuple(fp.raw_root for fp in prints),
             normalized_roots=tuple(fp.normalized_root for fp in prints),
+            graphs=tuple(graph for graph, _ in recorded_graphs([code for _, code in tasks])),
         )
 
     def to_json(self) -> dict:
@@ -116,6 +128,7 @@ class KernelBenchIndex:
             "signatures": [[int(v) for v in row] for row in self.signatures],
             "raw_skeletons": [self.table.to_preorder(r) for r in self.raw_roots],
             "normalized_skeletons": [self.table.to_preorder(r) for r in self.normalized_roots],
+            "graphs": [None if g is None else dict(sorted(g.items())) for g in self.graphs],
         }
 
     @classmethod
@@ -130,6 +143,7 @@ class KernelBenchIndex:
             table=table,
             raw_roots=tuple(table.from_preorder([tuple(x) for x in s]) for s in data["raw_skeletons"]),
             normalized_roots=tuple(table.from_preorder([tuple(x) for x in s]) for s in data["normalized_skeletons"]),
+            graphs=tuple(data["graphs"]),
         )
 
     def save(self, path: Path) -> None:
@@ -153,17 +167,26 @@ class Similarity:
     nearest: str
     nearest_normalized: str
     nearest_jaccard: str
+    graph: float | None = None  # None: the task's graph is not known (not recorded, or a single operator)
+    nearest_graph: str = ""
+    shared: tuple[str, ...] = ()  # the operators it shares with `nearest_graph`
 
     def measurements(self) -> dict:
+        graph = (
+            {} if self.graph is None else {"kb_graph_similarity": self.graph, "kb_nearest_graph": self.nearest_graph}
+        )
         return {
             "kb_ast_similarity": self.ast,
             "kb_ast_similarity_normalized": self.ast_normalized,
             "kb_minhash_jaccard": self.jaccard,
             "kb_nearest": self.nearest,
+            **(graph if self.graph is not None else {}),
         }
 
 
-def similarity(source: str, index: KernelBenchIndex) -> Similarity:
+def similarity(source: str, index: KernelBenchIndex, graph: dict[str, int] | None = None, nodes: int = 0) -> Similarity:
+    """The signals of a program against the reference; the graph's where `graph` (its features, of `nodes`
+    operators, as the shape check records them) is given and holds more than one operator."""
     fp = fingerprint(index.table, source)
     if fp.raw_root is None:
         ast_score, ast_at, norm_score, norm_at = 0.0, 0, 0.0, 0
@@ -174,6 +197,7 @@ def similarity(source: str, index: KernelBenchIndex) -> Similarity:
         )
     agreement = (index.signatures == fp.signature[None, :]).mean(axis=1)
     jaccard_at = int(agreement.argmax())
+    graph_score, graph_at = nearest_graph(graph, index) if graph and nodes > 1 else (None, 0)
     return Similarity(
         ast=ast_score,
         ast_normalized=norm_score,
@@ -181,10 +205,30 @@ def similarity(source: str, index: KernelBenchIndex) -> Similarity:
         nearest=index.names[ast_at],
         nearest_normalized=index.names[norm_at],
         nearest_jaccard=index.names[jaccard_at],
+        graph=graph_score,
+        nearest_graph=index.names[graph_at] if graph_score is not None else "",
+        shared=tuple(shared_operators(graph, index.graphs[graph_at])) if graph_score else (),
     )
 
 
-def near_duplicate_reason(s: Similarity, ast_threshold: float, jaccard_threshold: float) -> str | None:
+def nearest_graph(graph: dict[str, int], index: KernelBenchIndex) -> tuple[float, int]:
+    """The highest graph similarity (compute_graph.graph_similarity) to a reference task, and that task's place
+    in the index (the first, of equals)."""
+    total = sum(graph.values())
+    best, at = -1.0, 0
+    for i, (ref, ref_total) in enumerate(zip(index.graphs, index.graph_totals, strict=True)):
+        if ref is None:
+            continue
+        shared = sum(min(n, ref.get(feature, 0)) for feature, n in graph.items())
+        score = shared / (total + ref_total - shared) if total + ref_total else 0.0
+        if score > best:
+            best, at = score, i
+    return round(max(best, 0.0), 4), at
+
+
+def near_duplicate_reason(
+    s: Similarity, ast_threshold: float, jaccard_threshold: float, graph_threshold: float = GRAPH_SIMILARITY_THRESHOLD
+) -> str | None:
     """Why a task is a KernelBench near-duplicate, or None."""
     if s.ast > ast_threshold:
         return f"AST similarity {s.ast:.4f} > {ast_threshold} with {s.nearest}"
@@ -192,6 +236,9 @@ def near_duplicate_reason(s: Similarity, ast_threshold: float, jaccard_threshold
         return f"normalized AST similarity {s.ast_normalized:.4f} > {ast_threshold} with {s.nearest_normalized}"
     if s.jaccard > jaccard_threshold:
         return f"MinHash Jaccard {s.jaccard:.4f} > {jaccard_threshold} with {s.nearest_jaccard}"
+    if s.graph is not None and s.graph >= graph_threshold:
+        return (f"computes what {s.nearest_graph} does: operator-graph similarity {s.graph:.4f} >= "
+                f"{graph_threshold} (shared operators: {', '.join(s.shared)})")  # fmt: skip
     return None
 
 
@@ -200,15 +247,37 @@ def decontaminate(
     index: KernelBenchIndex,
     ast_threshold: float = AST_SIMILARITY_THRESHOLD,
     jaccard_threshold: float = KERNELBENCH_JACCARD_THRESHOLD,
+    graph: dict[str, int] | None = None,
+    nodes: int = 0,
 ) -> Verdict:
+    """The verdict of one program against the reference; `graph` and `nodes`: what its shape check recorded."""
     try:
-        s = similarity(source, index)
+        s = similarity(source, index, graph, nodes)
     except RecursionError:  # compared as a tree: a program nested past Python's recursion limit cannot be
         return Verdict(LOAD_ERROR, TOO_DEEP)
     why = near_duplicate_reason(s, ast_threshold, jaccard_threshold)
     if why:
         return Verdict(KERNELBENCH_NEAR_DUPLICATE, why, s.measurements())
     return Verdict(KEEP, "", s.measurements())
+
+
+def recorded_graphs(codes: list[str]) -> list[tuple[dict[str, int] | None, int]]:
+    """The operator graphs of programs (their features and operator counts), recorded by the shape check in
+    contained workers (reference code is someone else's code too); (None, 0) for one whose forward cannot run on
+    meta."""
+    import os
+
+    from opsynth.filters.execution import ExecutionConfig
+    from opsynth.filters.worker_process import SHAPES
+    from opsynth.filters.workers import Job, WorkerPool
+
+    workers = max(1, min(REFERENCE_WORKERS, os.cpu_count() or 1))
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1.0), timeout_s=120.0, compile_check=False,
+                          workers=workers)  # fmt: skip
+    with WorkerPool(cfg) as pool:
+        verdicts = pool.run([Job(str(i), code, 0, SHAPES) for i, code in enumerate(codes)])
+    return [(v.measurements.get("graph"), v.measurements.get("graph_nodes", 0)) if v.kept else (None, 0)
+            for v in verdicts]  # fmt: skip
 
 
 def tasks_from_parquet(path: Path) -> list[tuple[str, str]]:

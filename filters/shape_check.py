@@ -2,7 +2,7 @@
 
 A failure names the forward line (so the operator pair) that broke; checks a meta run cannot decide
 (data-dependent shapes, `.item()`) are left to the execution stage. A task that passes carries what its forward
-costs (filters.cost), counted on the way.
+costs (filters.cost) and the graph of what it computes (filters.compute_graph), both recorded on the way.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import warnings
 
 import torch
 
+from opsynth.filters.compute_graph import ComputeGraph, graph_features
 from opsynth.filters.cost import ForwardCost
 from opsynth.filters.task_loading import TaskLoadError, load_task
 from opsynth.reasons import KEEP, LOAD_ERROR, SHAPE_ERROR, Verdict, one_line
@@ -40,11 +41,11 @@ def check_shapes(source: str) -> Verdict:
             model.eval()
             inputs = task.get_inputs()
             try:
-                with ForwardCost() as counted:
+                with ForwardCost() as counted, ComputeGraph() as graph:
                     out = model(*inputs)
-                cost = counted.cost
-            except Exception:
-                out, cost = model(*inputs), None  # the task's own error, if it has one, told without the counter
+                cost, nodes = counted.cost, graph.nodes
+            except Exception:  # the task's own error, if it has one, told without the counters
+                out, cost, nodes = model(*inputs), None, None
     except NotImplementedError as e:
         return Verdict(KEEP, f"meta check inconclusive: {one_line(e)}")
     except Exception as e:
@@ -59,4 +60,6 @@ def check_shapes(source: str) -> Verdict:
     if any(t.numel() == 0 for t in tensors):
         return Verdict(SHAPE_ERROR, "forward returns an empty tensor")
     measurements = {"output_shapes": [list(t.shape) for t in tensors]}
-    return Verdict(KEEP, measurements=measurements if cost is None else {**measurements, "cost": cost})
+    if cost is not None:
+        measurements |= {"cost": cost, "graph": graph_features(nodes), "graph_nodes": len(nodes)}
+    return Verdict(KEEP, measurements=measurements)

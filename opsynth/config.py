@@ -100,6 +100,9 @@ MINHASH_SEED = 1  # decontamination's (the embedded index was built with it)
 AST_SIMILARITY_THRESHOLD = 0.9  # the paper: drop a task whose AST similarity to a KernelBench task exceeds this
 # A task whose Model class has this estimated Jaccard with a KernelBench Model class is a near-duplicate.
 KERNELBENCH_JACCARD_THRESHOLD = 0.85
+# A task of two operators or more whose operator graph has this weighted Jaccard (of its Weisfeiler-Lehman
+# features, opsynth.filters.compute_graph) with a KernelBench task's computes what that task does.
+GRAPH_SIMILARITY_THRESHOLD = 0.9
 
 # Within-set dedup (opsynth.filters.dedup): one row per task, and repeats of one operator graph.
 MAX_ROWS_PER_OP_GRAPH = 1  # rows that may share one ordered operator list (raised where a quota needs more)

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from opsynth.atomic import write_text_atomic
+from opsynth.config import GRAPH_SIMILARITY_THRESHOLD
 from opsynth.outputs.figures import FIGURES
 from opsynth.outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA
 from opsynth.reasons import NOT_NEEDED
@@ -134,7 +135,8 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
         "PyTorch operators; an agent must write a faster `ModelNew`. The recipe is that of CUDA-Agent-Ops-6K",
         "(the CUDA Agent paper): operators sampled from a typed catalog and composed programmatically, then",
         "filtered for determinism, distinguishable outputs, a runtime window, `torch.compile` agreement and",
-        "similarity to KernelBench.",
+        "similarity to KernelBench (by its code's AST and tokens, and by the graph of operators it computes; a task",
+        "of a single operator, as KernelBench's level 1 and the released set have many, is not judged by its graph).",
         "",
         "## Load it",
         "",
@@ -168,6 +170,7 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
             ("KernelBench reference", cfg["kernelbench"]),
             ("KernelBench AST similarity threshold", cfg["similarity_threshold"]),
             ("MinHash Jaccard threshold", cfg["jaccard_threshold"]),
+            ("operator-graph similarity threshold", GRAPH_SIMILARITY_THRESHOLD),
             ("generator", stats["versions"]["opsynth"]),
             ("torch", stats["versions"]["torch"]),
         ],

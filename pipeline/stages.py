@@ -220,7 +220,9 @@ class _DecontaminateFn(beam.DoFn):
 
     def process(self, candidate: Candidate) -> Iterator:
         with stage_clock("decontaminate"):
-            verdict = decontaminate(candidate.code, self.index, self.ast_threshold, self.jaccard_threshold)
+            m = candidate.measurements
+            verdict = decontaminate(candidate.code, self.index, self.ast_threshold, self.jaccard_threshold,
+                                    m.get("graph"), m.get("graph_nodes", 0))  # fmt: skip
         yield from route(candidate, verdict, "decontaminate")
 
 

@@ -221,10 +221,23 @@ def test_similarity_reports_a_task_nested_too_deeply_to_compare_and_goes_on(tmp_
     tasks.mkdir()
     (tasks / "a_deep.py").write_text(fixtures.HOSTILE["nested_too_deep"][0])
     (tasks / "b_good.py").write_text(fixtures.GOOD)
+    # A Gemm, a bias add and a ReLU, spelled as nn.Linear then torch.relu: what KernelBench's level2/76 computes.
+    (tasks / "c_gemm_relu.py").write_text(
+        fixtures.task("return torch.relu(self.linear(x))", "self.linear = nn.Linear(32, 16)")
+    )
     code, stdout, _ = _run(capsys, ["similarity", str(tasks)])
-    deep, good = (json.loads(line) for line in stdout.splitlines())
+    deep, good, copy = (json.loads(line) for line in stdout.splitlines())
     assert code == 0 and deep == {"task": "a_deep.py", "error": "nested too deeply to be compared with KernelBench"}
-    assert good["task"] == "b_good.py" and 0 <= good["kb_ast_similarity"] <= 1
+    assert (
+        good["task"] == "b_good.py" and 0 <= good["kb_ast_similarity"] <= 1 and not good["kernelbench_near_duplicate"]
+    )
+    assert copy["kernelbench_near_duplicate"] and copy["kb_graph_similarity"] == 1.0
+    assert copy["kb_nearest_graph"] == "level2/76_Gemm_Add_ReLU" and copy["kb_graph_shared_operators"] == [
+        "add",
+        "matmul",
+        "relu",
+    ]
+    assert copy["reason"].startswith("computes what level2/76_Gemm_Add_ReLU does")
 
 
 def test_the_checks_share_a_gpu_by_default_and_exclusive_checks_turn_that_off():

@@ -4,7 +4,8 @@ from tests import fixtures
 
 def test_comments_docstrings_and_layout_do_not_change_the_key():
     edited = fixtures.GOOD.replace("class Model(nn.Module):", 'class Model(nn.Module):\n    """Doc."""  # note')
-    edited = edited.replace("return torch.relu(self.linear(x))", "return torch.relu( self.linear(x) )  # relu")
+    edited = edited.replace("return torch.tanh(self.linear(x)) * 2", "return torch.tanh( self.linear(x) )*2  # tanh")
+    assert edited != fixtures.GOOD
     assert dedup_key(edited) == dedup_key(fixtures.GOOD)
     assert dedup_key(fixtures.CONSTANT) != dedup_key(fixtures.GOOD)
 
