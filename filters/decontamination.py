@@ -325,10 +325,45 @@ def load_reference(spec: str) -> KernelBenchIndex:
     if spec == "embedded":
         return KernelBenchIndex.load(embedded_index_path())
     if spec == "hub":
-        return KernelBenchIndex.from_tasks(tasks_from_hub())
+        return indexed(tasks_from_hub())
     path = Path(spec)
     if path.is_dir():
-        return KernelBenchIndex.from_tasks(tasks_from_folder(path))
+        return indexed(tasks_from_folder(path))
     if path.is_file():
-        return KernelBenchIndex.from_tasks(tasks_from_parquet(path))
+        return indexed(tasks_from_parquet(path))
     raise ReferenceError_(f"{spec}: no such file or folder (use embedded, hub, or a path)")
+
+
+_INDEXED: dict[str, KernelBenchIndex] = {}  # this process's indexes, by key (see `indexed`)
+
+
+def indexed(tasks: list[tuple[str, str]]) -> KernelBenchIndex:
+    """The index of reference tasks given as code, built once per machine: recording their graphs starts a pool
+    of workers (seconds), and every stage of every round that reads the reference loads it. Kept in this process
+    and in the user's temporary folder, under a key of the tasks and of the code that fingerprints them."""
+    import hashlib
+    import os
+    import tempfile
+
+    from opsynth.atomic import replacing
+
+    digest = hashlib.sha256(json.dumps([INDEX_FORMAT, tasks]).encode())
+    for module in ("decontamination", "compute_graph", "shape_check", "cost", "ast_similarity", "normalize"):
+        digest.update((Path(__file__).parent / f"{module}.py").read_bytes())
+    key = digest.hexdigest()[:24]
+    if key in _INDEXED:
+        return _INDEXED[key]
+    cache = Path(tempfile.gettempdir()) / f"opsynth-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    path = cache / f"kernelbench-{key}.json.gz"
+    try:
+        index = KernelBenchIndex.load(path)
+    except (OSError, ValueError, KeyError, TypeError, EOFError):  # absent, or not whole: made again
+        index = KernelBenchIndex.from_tasks(tasks)
+        try:
+            cache.mkdir(mode=0o700, exist_ok=True)
+            with replacing(path) as tmp:
+                index.save(tmp)
+        except OSError:
+            pass  # an unwritable temporary folder costs the next process the build, nothing else
+    _INDEXED[key] = index
+    return index

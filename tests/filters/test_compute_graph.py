@@ -164,3 +164,47 @@ def test_shared_operators_are_named(source):
     graph, _ = graph_of(source)
     assert shared_operators(graph, graph) == ["add", "convolution2d", "matmul", "max_pool2d_with_indices", "mean",
                                               "relu"]  # fmt: skip
+
+
+def _functional(code):
+    """Modules turned into functional calls on their parameters."""
+    code = code.replace("x = torch.relu(self.conv(x))", "x = F.relu(F.conv2d(x, self.conv.weight, self.conv.bias))")
+    code = code.replace("x = self.pool(x)", "x = F.max_pool2d(x, 2)")
+    return code.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n", 1)
+
+
+def _contained(code):
+    """The layers wrapped in `nn.Sequential`."""
+    return code.replace("self.conv = nn.Conv2d(cin, cout, 3)", "self.conv = nn.Sequential(nn.Conv2d(cin, cout, 3))")
+
+
+def _operators(code):
+    """Functions written as operators."""
+    return code.replace("torch.add(self.head(x), 1.0)", "self.head(x) + 1.0").replace(
+        "torch.mean(x, dim=(2, 3))", "x.mean(dim=(2, 3))"
+    )
+
+
+@pytest.fixture(scope="module")
+def one_task_reference(tmp_path_factory):
+    """A reference of one task, its graph recorded in a worker."""
+    root = tmp_path_factory.mktemp("reference")
+    (root / "mine").mkdir()
+    (root / "mine" / "conv_head.py").write_text(MODULES)
+    index = load_reference(str(root))
+    assert load_reference(str(root)) is index  # built once: every stage of a run loads the reference
+    return index
+
+
+@pytest.mark.parametrize("disguise", [_functional, _helper_split, _contained, _operators, _class_renamed])
+def test_each_rewrite_of_a_reference_task_is_flagged_by_its_graph(disguise, one_task_reference):
+    index = one_task_reference
+    disguised = disguise(MODULES)
+    assert disguised != MODULES
+    graph, nodes = graph_of(disguised)
+    verdict = decontaminate(disguised, index, graph=graph, nodes=nodes)
+    assert verdict.reason == "kernelbench_near_duplicate", verdict.measurements
+    assert (
+        verdict.measurements["kb_graph_similarity"] == 1.0
+        and verdict.measurements["kb_nearest_graph"] == "mine/conv_head"
+    )
