@@ -31,7 +31,8 @@ def add_execution_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--workload", choices=tuple(WORKLOADS), help="task sizes and window: gpu (default on CUDA) or tiny")
     p.add_argument("--runtime-window-ms", metavar="LO,HI", help="eager time window (default: the workload's)")
-    p.add_argument("--timeout-s", type=float, help="per-task execution time limit (default: the workload's)")
+    p.add_argument("--timeout-s", type=float,
+                   help="per-task time limit in CPU seconds per worker thread (default: the workload's)")  # fmt: skip
     p.add_argument("--no-compile-check", action="store_true", help="skip the torch.compile run and comparison")
     add_sharing(p)
     p.add_argument(
