@@ -340,7 +340,7 @@ _INDEXED: dict[str, KernelBenchIndex] = {}  # this process's indexes, by key (se
 def indexed(tasks: list[tuple[str, str]]) -> KernelBenchIndex:
     """The index of reference tasks given as code, built once per machine: recording their graphs starts a pool
     of workers (seconds), and every stage of every round that reads the reference loads it. Kept in this process
-    and in the user's temporary folder, under a key of the tasks and of the code that fingerprints them."""
+    and in the user's temporary folder, under a key of the tasks and of the filters' code, which fingerprints them."""
     import hashlib
     import os
     import tempfile
@@ -348,8 +348,8 @@ def indexed(tasks: list[tuple[str, str]]) -> KernelBenchIndex:
     from opsynth.atomic import replacing
 
     digest = hashlib.sha256(json.dumps([INDEX_FORMAT, tasks]).encode())
-    for module in ("decontamination", "compute_graph", "shape_check", "cost", "ast_similarity", "normalize"):
-        digest.update((Path(__file__).parent / f"{module}.py").read_bytes())
+    for module in sorted(Path(__file__).parent.glob("*.py")):  # the filters' code, which makes the fingerprints
+        digest.update(module.read_bytes())
     key = digest.hexdigest()[:24]
     if key in _INDEXED:
         return _INDEXED[key]
