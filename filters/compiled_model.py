@@ -70,33 +70,41 @@ MISMATCH_DETAIL = "torch.compile output differs from eager beyond tolerance"
 
 
 def compile_check_cpu(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock,
-                       measurements) -> float:  # fmt: skip
+                      measurements) -> float:  # fmt: skip
     """The compiled model's time by the host clock; raises CheckFailed (with what was measured) where it fails
     to compile or disagrees with eager."""
-    try:
-        compiled, compiled_out = compile_model(model, inputs, cfg, device_lock, clock)
-        with clock.holding(device_lock), clock("compiled_timing"):
-            compile_ms = host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
-            agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
-    except Exception as e:
-        raise compile_failure(e, measurements) from None
-    if not agree:
-        raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL, measurements)
-    return compile_ms
+
+    def timed(compiled) -> float:
+        return host_time_ms(compiled, inputs, cfg.warmup, cfg.iters)
+
+    return _agreeing(model, inputs, eager_out, cfg, device_lock, clock, measurements, device_lock,
+                     "compiled_timing", timed)[1]  # fmt: skip
 
 
 def compiled_for_timing(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock,
-                         measurements) -> Any:  # fmt: skip
+                        measurements) -> Any:  # fmt: skip
     """CUDA: the compiled model, warmed up and found to agree with eager (sharing the GPU like the eager checks),
     ready to be timed; raises CheckFailed, with what was measured, where it fails to compile or disagrees."""
+
+    def warm_up(compiled) -> None:
+        for _ in range(COMPILED_WARMUP):
+            compiled(*inputs)
+
+    return _agreeing(model, inputs, eager_out, cfg, device_lock, clock, measurements, shared_mode(device_lock),
+                     "compiled_checks", warm_up)[0]  # fmt: skip
+
+
+def _agreeing(model, inputs, eager_out, cfg, device_lock, clock, measurements, hold, phase, then) -> tuple[Any, Any]:
+    """The compiled model and what `then(compiled)` gave, run holding `hold` and timed as `phase`, with the
+    compiled output's agreement with eager; raises CheckFailed (with what was measured) where it fails to
+    compile or disagrees."""
     try:
         compiled, compiled_out = compile_model(model, inputs, cfg, device_lock, clock)
-        with clock.holding(shared_mode(device_lock)), clock("compiled_checks"), torch.no_grad():
-            for _ in range(COMPILED_WARMUP):
-                compiled(*inputs)
+        with clock.holding(hold), clock(phase), torch.no_grad():
+            result = then(compiled)
             agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
     except Exception as e:
         raise compile_failure(e, measurements) from None
     if not agree:
         raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL, measurements)
-    return compiled
+    return compiled, result
