@@ -136,7 +136,7 @@ def validate_tasks(
     jaccard_threshold: float,
 ) -> list[TaskResult]:
     """Every task's verdict: the shape check and the execution checks in contained worker processes (task code
-        never runs here), decontamination, which parses the task and compares the operator graph its shape check
+    never runs here), decontamination, which parses the task and compares the operator graph its shape check
     recorded, here in between."""
     verdicts: dict[int, Verdict] = {}
     measured: dict[int, dict] = {}

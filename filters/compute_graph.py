@@ -125,10 +125,15 @@ def operators(features: dict[str, int]) -> dict[str, int]:
     return {name: n for name, n in features.items() if not name.startswith("#")}
 
 
-def graph_similarity(a: dict[str, int], b: dict[str, int]) -> float:
-    """The weighted Jaccard of two fingerprints: shared feature counts over all of them."""
-    union = sum((Counter(a) | Counter(b)).values())
-    return sum((Counter(a) & Counter(b)).values()) / union if union else 0.0
+def graph_similarity(a: dict[str, int], b: dict[str, int], a_total: int | None = None,
+                     b_total: int | None = None) -> float:  # fmt: skip
+    """The weighted Jaccard of two fingerprints: shared feature counts over all of them. `a_total`, `b_total`:
+    their counts' sums, where known (decontamination compares one graph with every reference's)."""
+    a_total = sum(a.values()) if a_total is None else a_total
+    b_total = sum(b.values()) if b_total is None else b_total
+    shared = sum(min(n, b.get(feature, 0)) for feature, n in a.items())
+    union = a_total + b_total - shared
+    return shared / union if union else 0.0
 
 
 def shared_operators(a: dict[str, int], b: dict[str, int]) -> list[str]:

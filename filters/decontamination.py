@@ -35,7 +35,7 @@ from opsynth.config import (
     MINHASH_SHINGLE,
 )
 from opsynth.filters.ast_similarity import Profile, SkeletonTable, best_match, profile
-from opsynth.filters.compute_graph import shared_operators
+from opsynth.filters.compute_graph import graph_similarity, shared_operators
 from opsynth.filters.minhash import token_minhash
 from opsynth.filters.normalize import canonical_tree, code_tokens
 from opsynth.filters.task_loading import model_class_node
@@ -172,16 +172,15 @@ class Similarity:
     shared: tuple[str, ...] = ()  # the operators it shares with `nearest_graph`
 
     def measurements(self) -> dict:
-        graph = (
-            {} if self.graph is None else {"kb_graph_similarity": self.graph, "kb_nearest_graph": self.nearest_graph}
-        )
-        return {
+        measured = {
             "kb_ast_similarity": self.ast,
             "kb_ast_similarity_normalized": self.ast_normalized,
             "kb_minhash_jaccard": self.jaccard,
             "kb_nearest": self.nearest,
-            **(graph if self.graph is not None else {}),
         }
+        if self.graph is not None:
+            measured |= {"kb_graph_similarity": self.graph, "kb_nearest_graph": self.nearest_graph}
+        return measured
 
 
 def similarity(source: str, index: KernelBenchIndex, graph: dict[str, int] | None = None, nodes: int = 0) -> Similarity:
@@ -212,15 +211,12 @@ def similarity(source: str, index: KernelBenchIndex, graph: dict[str, int] | Non
 
 
 def nearest_graph(graph: dict[str, int], index: KernelBenchIndex) -> tuple[float, int]:
-    """The highest graph similarity (compute_graph.graph_similarity) to a reference task, and that task's place
-    in the index (the first, of equals)."""
+    """The highest graph similarity to a reference task, and that task's place in the index (the first, of
+    equals)."""
     total = sum(graph.values())
     best, at = -1.0, 0
     for i, (ref, ref_total) in enumerate(zip(index.graphs, index.graph_totals, strict=True)):
-        if ref is None:
-            continue
-        shared = sum(min(n, ref.get(feature, 0)) for feature, n in graph.items())
-        score = shared / (total + ref_total - shared) if total + ref_total else 0.0
+        score = -1.0 if ref is None else graph_similarity(graph, ref, total, ref_total)
         if score > best:
             best, at = score, i
     return round(max(best, 0.0), 4), at

@@ -218,7 +218,7 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
         _check_window(measurements, cfg.runtime_window_ms)
         if cfg.compile_check:
             measurements["compile_ms"] = compile_check_cpu(model, inputs, eager_out, cfg, device_lock, clock,
-                                                            measurements)  # fmt: skip
+                                                           measurements)  # fmt: skip
         return measurements
     measurements["eager_event_ms"] = measurements["eager_ms"]
     check_events(measurements, cfg.runtime_window_ms)

@@ -48,12 +48,23 @@ class ExecutionProgress:
     def __init__(self, folder: str):
         self.folder = folder
         self.done: dict[str, Result] = {}
+        self.files: set[str] = set()  # the checkpoint files read
 
     def load(self, log: Callable[[str], None] | None = None) -> ExecutionProgress:
         """Read every checkpoint. A damaged record (cut short, garbled, edited) is never trusted: its candidate
         runs again, and `log` is told once per file that holds such records."""
         workfiles.mkdirs(self.folder)  # several processes may load it at once
+        self.read_new(log)
+        return self
+
+    def read_new(self, log: Callable[[str], None] | None = None) -> list[Result]:
+        """Read the checkpoints written since this one last read (each file once, whole: it is written under a
+        temporary name and renamed); the results they hold. Damaged records as in `load`."""
+        fresh = []
         for path in workfiles.match(FileSystems.join(self.folder, "batch-*.jsonl")):
+            if path in self.files:
+                continue
+            self.files.add(path)
             try:
                 lines = workfiles.read_text(path).splitlines()
             except (OSError, UnicodeDecodeError):
@@ -65,9 +76,10 @@ class ExecutionProgress:
                     damaged += 1
                 else:
                     self.done[parsed[0]] = parsed[1]
+                    fresh.append(parsed[1])
             if damaged and log is not None:
                 log(f"checkpoint {path}: {damaged} damaged record(s) ignored; their candidates run again")
-        return self
+        return fresh
 
     def phase_totals(self) -> dict[str, float]:
         """Seconds per phase summed over every checkpointed verdict (all calibration steps included): the
@@ -162,12 +174,12 @@ class Checkpointer:
 class CheckpointWatch:
     """The driver's view of an execution stage that runs in other processes (Beam's multi-processing mode, a
     portable or distributed runner), whose own reports go to those processes' logs: every `every_s` it reads the
-    checkpoints written to `folder` since it started (each file once; the runner's metrics reach the driver only
-    when the job ends) and reports them as a Tally of `handed` candidates, `needed` of them wanted kept."""
+    checkpoints of `progress` (loaded: a resumed round's are not new) written since (the runner's metrics reach
+    the driver only when the job ends) and reports them as a Tally of `handed` candidates, `needed` of them
+    wanted kept."""
 
-    def __init__(self, folder: str, handed: int, needed: int | None, every_s: float, log=None):
-        self.progress = ExecutionProgress(folder)
-        self.seen = set(workfiles.match(FileSystems.join(folder, "batch-*.jsonl")))  # a resumed run's, not new
+    def __init__(self, progress: ExecutionProgress, handed: int, needed: int | None, every_s: float, log=None):
+        self.progress = progress
         self.tally = Tally()
         self.tally.start(handed, needed)
         self.every_s = every_s
@@ -191,21 +203,9 @@ class CheckpointWatch:
 
     def poll(self) -> None:
         """Report the verdicts of the checkpoints written since the last look, if there are any."""
-        fresh = [path for path in workfiles.match(FileSystems.join(self.progress.folder, "batch-*.jsonl"))
-                 if path not in self.seen]  # fmt: skip
+        fresh = self.progress.read_new()
         if not fresh:
             return
-        for path in fresh:
-            self.seen.add(path)
-            for line in _lines(path):
-                parsed = _parse(line)
-                if parsed is not None:
-                    self.tally.add(parsed[1][1])
+        for _, verdict, _ in fresh:
+            self.tally.add(verdict)
         self.log(f"  {self.tally.line(time.monotonic() - (self.tally.started or time.monotonic()))}")
-
-
-def _lines(path: str) -> list[str]:
-    try:
-        return workfiles.read_text(path).splitlines()
-    except (OSError, UnicodeDecodeError):
-        return []

@@ -217,11 +217,11 @@ def execute_round(
 def _watch(round_dir: str, progress: str, wanted: dict[str, int] | None, log) -> CheckpointWatch:
     """The driver's watch on a round's execution elsewhere: its prepared candidates less those checkpointed
     already (a resumed round's), and of the kept ones `wanted` asks of each data source, those still missing."""
-    done = ExecutionProgress(progress).load().done
+    done = ExecutionProgress(progress).load()
     prepared = Counter(c.data_source for c in prepared_candidates(round_dir).values())
-    kept = Counter(final.data_source for final, verdict, _ in done.values() if verdict.kept)
+    kept = Counter(final.data_source for final, verdict, _ in done.done.values() if verdict.kept)
     needed = None if wanted is None else sum(max(0, min(n, wanted.get(s, 0)) - kept[s]) for s, n in prepared.items())
-    return CheckpointWatch(progress, max(0, prepared.total() - len(done)), needed, WATCH_EVERY_S, log)
+    return CheckpointWatch(done, max(0, prepared.total() - len(done.done)), needed, WATCH_EVERY_S, log)
 
 
 class Beside:
