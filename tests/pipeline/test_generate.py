@@ -168,6 +168,7 @@ def test_same_seed_same_dataset_on_every_runner_and_resume_after_losing_the_outp
     assert (tmp_path / "work" / "round-00000" / "_SUCCESS").exists()
     ids = [load_dataset(str(tmp_path / d), split="train")["id"] for d in "acd"]
     assert ids[0] == ids[1] == ids[2]  # in-process, multi-process and portable runs: the same dataset
+    capsys.readouterr()  # what loading them printed (datasets' own progress bars)
     # A run killed after its rounds but before its final files resumes from the finished rounds; asked for
     # JSON, it says so in one line on stdout, and nothing else anywhere.
     for name in ("stats.json", "README.md"):
