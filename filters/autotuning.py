@@ -17,11 +17,12 @@ import functools
 import inspect
 
 
-def bound_autotuning(max_ms: float, cache_flushes: int, estimation_runs: int) -> bool:
+def bound_autotuning(max_ms: float, cache_flushes: int, estimation_runs: int, before_each=None) -> bool:
     """Make inductor's GPU benchmarker give each configuration at most `max_ms` after `cache_flushes` writes
     that flush the L2 cache, its time estimated from `estimation_runs` runs first, in this process, unless a
     caller asks otherwise; False where this torch's benchmarker does not take these settings (it is then left
-    as it is)."""
+    as it is). `before_each()`, where given, is called before each configuration's benchmark: between two,
+    the autotuning may let a timing of another task go first (see device_lock.yield_to_timings)."""
     try:
         from torch._inductor.runtime.benchmarking import InductorBenchmarker
     except ImportError:
@@ -36,6 +37,8 @@ def bound_autotuning(max_ms: float, cache_flushes: int, estimation_runs: int) ->
 
     @functools.wraps(original)
     def benchmark_gpu(self, _callable, *args, **kwargs):
+        if before_each is not None:
+            before_each()
         kwargs = settings | kwargs
         return original(self, _callable, *args, **kwargs)
 

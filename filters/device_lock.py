@@ -25,7 +25,12 @@ class DeviceLock:
     (with `slots` 1, it is exclusive too). Exclusive holders go first, as a batch: each marks itself pending (a
     shared flock on the `pending` file) before it waits for the shared holders inside to leave, and no new
     shared holder enters while any is pending. So the GPU drains of shared work once for all the timings
-    waiting at that moment, not once for each; shared holders enter again when the last of them is done."""
+    waiting at that moment, not once for each; shared holders enter again when the last of them is done.
+
+    A shared holder's work between two device steps may be host work (building a model, Triton's autotuning
+    between its benchmarks), during which the GPU would idle while a timing waits for it to leave: at such
+    points it calls `yield_to_timings`, which lets any timing waiting go first and then shares again. So a
+    timing waits for the sharers' current device step, not for the whole of their checks."""
 
     def __init__(self, path: str, slots: int = 1):
         self.path = path
@@ -35,10 +40,11 @@ class DeviceLock:
         self._holds_watched = True
         self._alone = False  # see `alone`
         self.held = False  # whether this process holds the lock (in either mode)
+        self.sharing = False  # whether it holds it in the shared mode (see `step_aside`)
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "slots": self.slots, "_fds": None, "_watch": None, "_holds_watched": True,
-                "_alone": False, "held": False}  # fmt: skip
+                "_alone": False, "held": False, "sharing": False}  # fmt: skip
 
     @contextlib.contextmanager
     def alone(self):
@@ -119,13 +125,36 @@ class DeviceLock:
             fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
             fcntl.flock(self._fd("pending"), fcntl.LOCK_UN)
             self._holding()
+            self.sharing = True
             try:
                 yield self
             finally:
+                self.sharing = False
                 self._released()
                 fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
         finally:
             fcntl.flock(slot, fcntl.LOCK_UN)
+
+    def timing_waits(self) -> bool:
+        """Whether an exclusive holder (a timing) waits for the GPU or holds it: asked without waiting."""
+        fd = self._fd("pending")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+
+    def step_aside(self) -> None:
+        """While sharing: leave the GPU to the exclusive holders waiting, and share it again once they are done
+        (the slot kept meanwhile). The caller's device work must be finished: the timings start at once."""
+        self._released()
+        fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
+        self._waiting()
+        fcntl.flock(self._fd("pending"), fcntl.LOCK_EX)  # granted once no exclusive holder is pending or inside
+        fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
+        fcntl.flock(self._fd("pending"), fcntl.LOCK_UN)
+        self._holding()
 
     def _take_slot(self) -> int:
         """One of the `slots` slot files, locked: the first free one, looked for again every few ms until one is
@@ -139,6 +168,17 @@ class DeviceLock:
                 except BlockingIOError:
                     continue
             time.sleep(SLOT_POLL_S)
+
+
+def yield_to_timings(lock, finish_device_work) -> bool:
+    """Where `lock` is a DeviceLock this process shares and a timing waits for it: finish this process's device
+    work (`finish_device_work()`, a synchronize) and let the timings go first (`DeviceLock.step_aside`).
+    Whether it stepped aside; any other lock (none, a CPU run's, one held alone) is left as it is."""
+    if not getattr(lock, "sharing", False) or not lock.timing_waits():
+        return False
+    finish_device_work()
+    lock.step_aside()
+    return True
 
 
 def shared_mode(lock):

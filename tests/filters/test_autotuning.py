@@ -26,3 +26,19 @@ def test_a_benchmarker_without_those_settings_is_left_alone(monkeypatch):
     monkeypatch.setattr(InductorBenchmarker, "benchmark_gpu", benchmark_gpu)
     assert not bound_autotuning(5, 10, 2)
     assert InductorBenchmarker.benchmark_gpu is benchmark_gpu
+
+
+def test_the_hook_runs_before_each_configurations_benchmark(monkeypatch):
+    """Between two configurations the autotuning may let another task's timing go first."""
+    calls = []
+
+    def benchmark_gpu(self, _callable, estimation_iters=5, memory_warmup_iters=100, max_benchmark_duration=25):
+        calls.append("benchmark")
+        return 1.0
+
+    monkeypatch.setattr(InductorBenchmarker, "benchmark_gpu", benchmark_gpu)
+    assert bound_autotuning(5, 10, 2, before_each=lambda: calls.append("pause"))
+    benchmarker = InductorBenchmarker()
+    benchmarker.benchmark_gpu(lambda: None)
+    benchmarker.benchmark_gpu(lambda: None)
+    assert calls == ["pause", "benchmark", "pause", "benchmark"]

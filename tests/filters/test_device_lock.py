@@ -162,3 +162,52 @@ def test_a_device_lock_reports_its_holds_and_waits(tmp_path):
     assert watch[HOLD_SINCE] == 0 and not lock.held
     with lock.unwatched_holds(), lock:
         assert watch[HOLD_SINCE] == 0
+
+
+def test_a_sharer_steps_aside_for_a_waiting_timing_and_shares_again_after_it(tmp_path):
+    """Between two device steps of its checks, a task sharing the GPU lets a waiting timing go first: the timing
+    waits for that step, not for the whole of the sharer's checks."""
+    import threading
+
+    from opsynth.filters.device_lock import DeviceLock, yield_to_timings
+
+    path = str(tmp_path / "gpu0")
+    sharer = DeviceLock(path, slots=3)
+    finished: list[str] = []
+    with sharer.shared():
+        assert not sharer.timing_waits()
+        assert not yield_to_timings(sharer, lambda: finished.append("device work")), "nothing waits: it stays"
+        w, release_w, thread_w = _enter_in_thread(lambda: DeviceLock(path, slots=3))
+        assert not w.wait(0.3), "the timing waits for the sharer"
+        assert sharer.timing_waits()
+        stepped = threading.Event()
+
+        def step():
+            stepped.set()
+            yield_to_timings(sharer, lambda: finished.append("device work"))
+
+        thread_s = threading.Thread(target=step, daemon=True)
+        thread_s.start()
+        assert w.wait(5), "the timing went while the sharer stood aside"
+        assert finished == ["device work"], "the sharer's device work was finished before it stood aside"
+        assert stepped.is_set() and thread_s.is_alive(), "the sharer waits for the timing to end"
+        release_w.set()
+        thread_s.join(5)
+        assert not thread_s.is_alive() and sharer.held and sharer.sharing
+        thread_w.join(5)
+    assert not sharer.held and not sharer.sharing
+
+
+def test_only_a_shared_device_lock_steps_aside(tmp_path):
+    import contextlib
+
+    from opsynth.filters.device_lock import DeviceLock, yield_to_timings
+
+    path = str(tmp_path / "gpu0")
+    never = []
+    assert not yield_to_timings(None, lambda: never.append(1))
+    assert not yield_to_timings(contextlib.nullcontext(), lambda: never.append(1))
+    lock = DeviceLock(path, slots=3)
+    with lock:  # held alone (a timing): nothing to step aside for
+        assert not yield_to_timings(lock, lambda: never.append(1))
+    assert not never
