@@ -70,13 +70,14 @@ def run_calibrated(
     on_result: Callable[[int, tuple[T, Verdict, int]], None] | None = None,
     size: Callable[[T], float] | None = None,
     skip: Callable[[int], Verdict | None] | None = None,
+    ahead: Callable[[], Job | None] | None = None,
 ) -> list[tuple[T, Verdict, int]]:
     """(final item, its verdict, calibration steps taken) per input item, in order. `rescale` returns None
     where an item cannot be rescaled further (a size limit); `size(item)` (its elements), where given, lets a
     rescaled item that cannot reach the window (see `may_reach`) keep its verdict unexecuted. The final
     verdict's `phase_s` sums every step's. `on_result(i, result)` is called as item i's result is final, in the
     order they finish. `skip(i)` may decide item i, first measure or re-measure, without running it (see
-    `WorkerPool.run`)."""
+    `WorkerPool.run`), as `ahead()` may start a job of a later run."""
     current = list(items)
     earlier: list[list[Verdict]] = [[] for _ in items]
     final: list[tuple[T, Verdict, int] | None] = [None] * len(items)
@@ -102,6 +103,6 @@ def run_calibrated(
         if on_result is not None:
             on_result(i, final[i])
 
-    verdicts = pool.run([job_of(item) for item in items], follow_up, on_final, skip)
+    verdicts = pool.run([job_of(item) for item in items], follow_up, on_final, skip, ahead)
     # A place that never got a final verdict (the pool gave up on it) keeps the pool's verdict for it.
     return [f if f is not None else (current[i], verdicts[i], len(earlier[i])) for i, f in enumerate(final)]

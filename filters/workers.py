@@ -196,6 +196,7 @@ class _Worker:
         self.ready = False
         self.ready_at: float | None = None  # when it said it was up, which the pool reads only once it looks
         self.job: int | None = None  # the index of the job in hand
+        self.ahead: Job | None = None  # or the job in hand, started ahead of the run it belongs to
         self.started = time.monotonic()  # when the job in hand was handed over
         self.deadline = self.started + STARTUP_TIMEOUT_S  # to start
         self.task_pid: int | None = None  # the process that runs its tasks (the child of `process`), once up
@@ -204,12 +205,23 @@ class _Worker:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def hand(self, index: int, job: Job) -> None:
-        """Give the worker job `index` (raises BrokenPipeError or OSError where it has died)."""
+    def hand(self, index: int | None, job: Job) -> None:
+        """Give the worker job `index` of the run in hand, or (`index` None) a job started ahead of its run
+        (raises BrokenPipeError or OSError where it has died)."""
         clear_watch(self.watch)  # the worker is idle: nothing else writes it now
         self.cpu_at_hand = None if self.task_pid is None else cpu_seconds(self.task_pid)
         self.conn.send(job)
-        self.job, self.started = index, time.monotonic()
+        self.started = time.monotonic()
+        if index is None:
+            self.ahead = job
+        else:
+            self.job = index
+
+    def idle(self) -> bool:
+        return self.ready and self.job is None and self.ahead is None
+
+    def working(self) -> bool:
+        return self.job is not None or self.ahead is not None
 
     def cpu_spent(self) -> float | None:
         """The CPU time its task process took since the job in hand was handed over; None where unknown."""
@@ -272,6 +284,9 @@ class WorkerPool:
         self.last_done: float | None = None
         self.ready_at: float | None = None  # when the last of the first workers was up (monotonic)
         self.containment: dict = {}  # what the first worker reported of its containment
+        self.handed = 0  # jobs handed to workers, follow-ups and jobs started ahead included
+        # Jobs started ahead of the run they belong to (see `run`): their verdicts, None while they run.
+        self._ahead: dict[Job, Verdict | None] = {}
         self._run_lock = threading.Lock()  # threads of one process (Beam's multi_threading mode) take turns
         # A pool shared across pipelines (see ExecuteCandidates) is closed when the last reference goes, or at exit.
         self._finalizer = weakref.finalize(self, _shut_down, self._workers, self._root)
@@ -317,17 +332,41 @@ class WorkerPool:
         follow_up: Callable[[int, Verdict], Job | None] | None = None,
         on_final: Callable[[int, Verdict], None] | None = None,
         skip: Callable[[int], Verdict | None] | None = None,
+        ahead: Callable[[], Job | None] | None = None,
     ) -> list[Verdict]:
         """Verdicts in the order of `jobs`, which are handed out in that order. `follow_up(i, verdict)`, called
         as job i's verdict comes in, may return another job for the same place i: it runs next, ahead of jobs
         not yet started, and its verdict replaces the first (so a chain of re-measures never waits for the rest
         of the list). `on_final(i, verdict)` is called as place i gets its final verdict (to checkpoint as
         results come in). `skip(i)`, asked as place i's job is about to be handed out, may return its verdict
-        instead: the job does not run."""
-        with self._run_lock:
-            return self._run(jobs, follow_up, on_final, skip)
+        instead: the job does not run.
 
-    def _run(self, jobs: list[Job], follow_up, on_final, skip) -> list[Verdict]:
+        `ahead()`, asked for a worker left idle once every job of this run is handed out, may return a job of
+        a later run: it starts now, this run does not wait for it, and a later run given the same job takes
+        its verdict (or the job in flight) instead of running it again. So the workers do not idle at the end
+        of a run, waiting for its slowest task. A verdict no run takes is dropped at the next run."""
+        with self._run_lock:
+            return self._run(jobs, follow_up, on_final, skip, ahead)
+
+    def _adopt(self, pending: deque, finish) -> None:
+        """Of the pending jobs, those started ahead: a verdict in hand is final at once, a job in flight goes
+        on for this run; the other verdicts started ahead are dropped."""
+        jobs = list(pending)
+        pending.clear()  # follow-ups of verdicts taken here go first, as in a run
+        kept = []
+        for index, job in jobs:
+            verdict = self._ahead.pop(job, None)
+            running = next((w for w in self._workers if w.ahead == job), None)
+            if verdict is not None:
+                finish(index, verdict)
+            elif running is not None:
+                running.ahead, running.job = None, index
+            else:
+                kept.append((index, job))
+        pending.extend(kept)
+        self._ahead = {job: None for job, verdict in self._ahead.items() if verdict is None}
+
+    def _run(self, jobs: list[Job], follow_up, on_final, skip, ahead=None) -> list[Verdict]:
         results: list[Verdict | None] = [None] * len(jobs)
         pending = deque((i, job) for i, job in enumerate(jobs))
 
@@ -340,37 +379,49 @@ class WorkerPool:
             else:
                 pending.appendleft((index, again))
 
+        self._adopt(pending, finish)
         while pending or any(w.job is not None for w in self._workers):
             for slot, w in enumerate(self._workers):
-                while w.ready and w.job is None and pending and skip is not None:
+                while w.idle() and pending and skip is not None:
                     skipped = skip(pending[0][0])
                     if skipped is None:
                         break
                     finish(pending.popleft()[0], skipped)
-                if w.ready and w.job is None and pending:
-                    index, job = pending.popleft()
+                if w.idle() and (pending or ahead is not None):
+                    index, job = pending.popleft() if pending else (None, ahead())
+                    if job is None:
+                        continue  # nothing to start ahead now; asked again when this worker is next seen idle
                     try:
                         w.hand(index, job)
                     except (BrokenPipeError, OSError):
-                        pending.appendleft((index, job))
+                        if index is not None:
+                            pending.appendleft((index, job))
                         self._replace(slot)
                         continue
+                    self.handed += 1
+                    if index is None:
+                        self._ahead[job] = None
                     self.first_handed = self.first_handed or w.started
-            busy = [w for w in self._workers if w.job is not None or not w.ready]
+            busy = [w for w in self._workers if w.working() or not w.ready]
             if not busy:
                 continue
             # Woken by a message or a closed socket; else every POLL_S, to look at deaths, holds and waits.
             wait([w.conn for w in busy], timeout=POLL_S)
             now = time.monotonic()
             for slot, w in enumerate(self._workers):
+                started_ahead = w.ahead
                 done = self._collect(slot, w, now)
                 if done is not None:
                     self.last_done = now
-                    finish(*done)
+                    if started_ahead is not None:
+                        self._ahead[started_ahead] = done[1]
+                    else:
+                        finish(*done)
         return [r if r is not None else Verdict(CRASH, "no verdict") for r in results]
 
-    def _collect(self, slot: int, w: _Worker, now: float) -> tuple[int, Verdict] | None:
-        """(job index, verdict) where worker `slot` finished, crashed or timed out on its job; else None."""
+    def _collect(self, slot: int, w: _Worker, now: float) -> tuple[int | None, Verdict] | None:
+        """(job index, verdict) where worker `slot` finished, crashed or timed out on its job (index None: on
+        a job started ahead); else None."""
         try:
             payload = w.conn.recv_bytes(MAX_MESSAGE_BYTES) if w.conn.poll() else None
         except EOFError:
@@ -389,17 +440,17 @@ class WorkerPool:
                 if self.ready_at is None and all(other.ready for other in self._workers):
                     self.ready_at = max(other.ready_at for other in self._workers)
                 self.containment = self.containment or {**message["containment"], "pids_cgroup": w.cgroup is not None}
-            elif w.job is not None:
-                done, w.job = (w.job, message["verdict"]), None
+            elif w.working():
+                done, w.job, w.ahead = (w.job, message["verdict"]), None, None
                 if message.get("retire"):
                     self._replace(slot)
                 return done
             return None
         if not w.alive():
-            if w.job is None and not w.ready:
+            if not w.working() and not w.ready:
                 return self._failed_to_start(slot, w)
             return self._lost(slot, w, _describe_exit(w.process.returncode))
-        if w.job is not None:
+        if w.working():
             # its CPU time read only once the clock says it may be due
             cpu = w.cpu_spent() if now - w.started >= self.cfg.timeout_s else None
             why = overdue(w.watch, w.started, now, self.cfg.timeout_s, self.hold_limit_s, cpu, task_threads(self.cfg))
@@ -422,11 +473,11 @@ class WorkerPool:
         self._cage = Cage(self.limits, namespaces=False)
         self._replace(slot)
 
-    def _lost(self, slot: int, w: _Worker, why: str) -> tuple[int, Verdict] | None:
+    def _lost(self, slot: int, w: _Worker, why: str) -> tuple[int | None, Verdict] | None:
         """Worker `slot` died or broke: replaced; its job, if it had one, is a crash."""
-        job = w.job
+        working = w.working()
         self._replace(slot)
-        return None if job is None else (job, Verdict(CRASH, why))
+        return (w.job, Verdict(CRASH, why)) if working else None
 
     def close(self) -> None:
         self._finalizer()

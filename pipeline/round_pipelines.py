@@ -42,7 +42,7 @@ from opsynth.pipeline.rounds import (
     recorded_plan,
     round_records,
 )
-from opsynth.pipeline.stages import Sizing, stage_work_seconds
+from opsynth.pipeline.stages import Sizing, execution_order, stage_work_seconds
 from opsynth.reasons import one_line
 from opsynth.records import Candidate, CandidateSpec, Rejection, candidate_seed
 
@@ -231,6 +231,7 @@ class Beside:
         self.inputs = inputs
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        self._prepared: list[Candidate] | None = None
 
     def start(self, prepare: Callable[[RoundInputs], None], log) -> None:
         if self.thread is not None:
@@ -245,6 +246,16 @@ class Beside:
 
         self.thread = threading.Thread(target=run, name=f"round-{self.inputs.number}-cpu-stages", daemon=True)
         self.thread.start()
+
+    def candidates(self) -> list[Candidate] | None:
+        """Its prepared candidates in execution order, once its CPU stages are done (read once); else None."""
+        if self._prepared is None:
+            if self.thread is None or self.thread.is_alive() or self.error is not None:
+                return None
+            if not workfiles.exists(workfiles.join(self.inputs.round_dir, PREPARED_MARKER)):
+                return None
+            self._prepared = execution_order(list(prepared_candidates(self.inputs.round_dir).values()))
+        return self._prepared
 
     def wait(self, log) -> None:
         if self.thread is not None:

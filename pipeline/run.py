@@ -44,7 +44,8 @@ from opsynth.outputs.figures import FigureData, write_figures
 from opsynth.outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
 from opsynth.outputs.shards import write_shards
 from opsynth.outputs.stats import build_stats
-from opsynth.pipeline import workfiles
+from opsynth.pipeline import lookahead, workfiles
+from opsynth.pipeline.lookahead import NextRound
 from opsynth.pipeline.planning import exhausted_sources, plan_round, speculative_plan
 from opsynth.pipeline.round_pipelines import (
     Beside,
@@ -65,6 +66,7 @@ from opsynth.pipeline.rounds import (
     leave_for_later_rounds,
     merged,
     prepared_candidates,
+    progress_dir,
 )
 from opsynth.pipeline.run_folder import FolderLock, check_config, state_dir
 from opsynth.pipeline.selection import Selector, trim, wanted
@@ -192,10 +194,16 @@ def _generate(
             prepare = partial(prepare_round, options=options, execution=execution, beam_args=beam_args,
                               pools=pools, log=log, spread=False)  # fmt: skip
             asked = wanted(selector.missing())
-            new_accepted, new_rejected, resumed = round_results(
-                inputs, options, execution, work_root, beam_args, pools, log, asked,
-                before_execution=None if beside is None else partial(beside.start, prepare, log),
-            )  # fmt: skip
+            if beside is not None:  # its first candidates may start as this round's execution ends
+                next_round = NextRound(beside.candidates, selector.missing(), asked)
+                lookahead.register(progress_dir(work_root, round_dir), next_round)
+            try:
+                new_accepted, new_rejected, resumed = round_results(
+                    inputs, options, execution, work_root, beam_args, pools, log, asked,
+                    before_execution=None if beside is None else partial(beside.start, prepare, log),
+                )  # fmt: skip
+            finally:
+                lookahead.register(progress_dir(work_root, round_dir), None)
             spent = executions(new_accepted, new_rejected)
             new_accepted, new_rejected, aside = trim(new_accepted, new_rejected, asked, prepared_candidates(round_dir))
             not_needed += len(aside)

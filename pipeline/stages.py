@@ -36,6 +36,7 @@ from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.worker_process import SHAPES
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.compose import CompositionError
+from opsynth.pipeline import lookahead
 from opsynth.pipeline.candidates import input_elements, make_candidate, rescale_candidate
 from opsynth.pipeline.progress import Checkpointer, ExecutionProgress, Tally
 from opsynth.pipeline.selection import FillPoint
@@ -334,6 +335,10 @@ def _warn(message: str) -> None:
     print(f"opsynth: {message}", file=sys.stderr)
 
 
+def execution_job(candidate: Candidate) -> Job:
+    return Job(f"{candidate.data_source}/{candidate.index}", candidate.code, candidate.seed)
+
+
 def execution_order(candidates: list[Candidate]) -> list[Candidate]:
     """Each data source's candidates in index order, the sources interleaved, each over its EXECUTION_SPREAD
     of the list: the order in which a fill point (see `FillPoint`) is reached soon, past which the last ones
@@ -392,8 +397,14 @@ class _ExecuteBatchFn(beam.DoFn):
             # the kept candidates the fill point asks of this batch, beyond those its checkpoints hold
             self.tally.start(len(todo), None if fill is None else fill.missing())
             checkpoint = Checkpointer(self.progress, todo, self.tally)
+            next_round = lookahead.registered(self.progress_dir)
+            ahead = None
+            if next_round is not None and fill is not None:
+                ahead = lookahead.StartAhead(next_round, fill, todo, execution_job)
 
             def on_result(i: int, result: tuple) -> None:
+                if ahead is not None:
+                    ahead.decided(todo[i])
                 if result[1].reason == NOT_NEEDED:
                     # nothing ran: nothing to keep
                     return
@@ -405,7 +416,7 @@ class _ExecuteBatchFn(beam.DoFn):
                 fresh = run_calibrated(
                     self.pool,
                     todo,
-                    job_of=lambda c: Job(f"{c.data_source}/{c.index}", c.code, c.seed),
+                    job_of=execution_job,
                     rescale=lambda c, factor: rescale_candidate(c, factor, self.workload, self.op_weights),
                     window=self.config.runtime_window_ms,
                     tries=CALIBRATION_TRIES,
@@ -414,6 +425,7 @@ class _ExecuteBatchFn(beam.DoFn):
                     on_result=on_result,
                     size=input_elements,
                     skip=None if fill is None else lambda i: fill.skipped(todo[i]),
+                    ahead=ahead,
                 )
             checkpoint.flush()
             for _, verdict, _ in fresh:  # where this run's workers' time went (not a checkpointed run's)

@@ -144,3 +144,22 @@ def test_the_cpu_time_of_a_process_is_read_from_outside_it_and_a_process_found_b
         process.kill()
         process.wait()
     assert cpu_seconds(process.pid) is None  # gone
+
+
+def test_a_job_started_ahead_runs_once_and_its_verdict_goes_to_the_run_that_asks_for_it():
+    """A worker left idle at the end of a run starts a job of the next run, which the next run takes (done or
+    still running) instead of running it again; the run that started it does not wait for it."""
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e5), timeout_s=20.0, compile_check=False, workers=2)
+    later = [Job(f"later{i}", fixtures.GOOD, 10 + i) for i in range(3)]
+    offered = list(later[:2])
+    # The other worker is idle while this one runs (seconds of sleep, next to a fast task's milliseconds).
+    slow = Job("slow", fixtures.task("import time\ntime.sleep(0.5)\nreturn x * 2"), 1)
+    with WorkerPool(cfg) as pool:
+        pool.wait_ready()
+        first = pool.run([slow, Job("fast", fixtures.GOOD, 2)], ahead=lambda: offered.pop(0) if offered else None)
+        assert [v.reason for v in first] == [KEEP, KEEP] and pool.handed >= 3
+        handed = pool.handed
+        second = pool.run(later)
+        assert all(v.kept for v in second)
+        # each of the later jobs ran once in all: those started ahead were not run again
+        assert pool.handed == handed + 3 - (2 - len(offered))

@@ -1,0 +1,78 @@
+"""The next round's first candidates, started as this round's execution ends: only those its fill point asks
+for whatever this round's verdicts to come, and the dataset the same as without them."""
+
+from datasets import load_dataset
+
+from opsynth.commands.cli import main
+from opsynth.pipeline import lookahead
+from opsynth.pipeline.lookahead import NextRound, StartAhead, certainly_asked
+from opsynth.pipeline.selection import FillPoint
+from opsynth.records import Candidate
+
+
+def test_the_next_round_is_asked_for_what_this_round_cannot_fill_whatever_its_last_verdicts():
+    # 8 accepted and 1 still running of the 12 asked: this round adds at most 9 of the 10 missing rows, so the
+    # next round misses at least 1 and asks for at least wanted(1) = 4 of its first candidates
+    assert certainly_asked({"torch#2": 10}, {"torch#2": 12}, {"torch#2": 8}, {"torch#2": 1}) == {"torch#2": 4}
+    # enough accepted (or still running) to fill the source: nothing is certain
+    assert certainly_asked({"torch#2": 10}, {"torch#2": 12}, {"torch#2": 9}, {"torch#2": 1}) == {}
+    # accepted past this round's own fill point add no row
+    assert certainly_asked({"torch#1": 3}, {"torch#1": 2}, {"torch#1": 40}, {}) == {"torch#1": 4}
+    assert certainly_asked({}, {}, {}, {}) == {}
+
+
+def _candidate(source: str, index: int) -> Candidate:
+    return Candidate(source, index, index, code=f"# {source} {index}")
+
+
+def test_start_ahead_offers_the_certainly_asked_candidates_once_each_in_the_next_rounds_order():
+    this_round = [_candidate("torch#2", i) for i in range(4)]
+    fill = FillPoint({"torch#2": 4})
+    for c in this_round[:2]:
+        fill.add(c, True)
+    ready: list = []
+    # the next round's candidates in its execution order (not index order)
+    order = [_candidate("torch#3", 7), _candidate("torch#2", 21), _candidate("torch#2", 20), _candidate("torch#2", 22)]
+    nxt = NextRound(lambda: ready[0] if ready else None, missing={"torch#2": 5, "torch#3": 0}, wanted={"torch#2": 7})
+    start = StartAhead(nxt, fill, this_round[2:], job_of=lambda c: c.order)
+    assert start() is None, "its CPU stages are not done"
+    ready.append(order)
+    # 2 accepted and 2 undecided of 5 missing: at least 1 missing, so its first wanted(1) = 3 by index are asked
+    assert [start(), start(), start(), start()] == [("torch#2", 21), ("torch#2", 20), ("torch#2", 22), None]
+    start.decided(this_round[2])
+    assert start() is None, "each once"
+
+
+def test_the_dataset_is_the_same_with_and_without_candidates_started_ahead(tmp_path, monkeypatch):
+    from opsynth.pipeline.round_pipelines import Beside
+
+    # Two rounds: the pilot (160 candidates) cannot make 200 rows
+    argv = ["--num-samples", "200", "--mixture", "torch2=100", "--seed", "5", "--device", "cpu", "--workload",
+            "tiny", "--workers", "2", "--no-compile-check", "--runtime-window-ms", "0,10000", "--quiet"]  # fmt: skip
+    monkeypatch.setattr(lookahead, "register", lambda progress, next_round: None)
+    assert main(["generate", "--out", str(tmp_path / "plain"), *argv]) == 0
+    monkeypatch.undo()
+
+    started = []
+    candidates, call = Beside.candidates, StartAhead.__call__
+
+    def ready(self):  # the next round's CPU stages waited for, so that its candidates are there to start
+        if self.thread is not None:
+            self.thread.join()
+        return candidates(self)
+
+    def counted(self):
+        job = call(self)
+        started.extend([job] if job is not None else [])
+        return job
+
+    monkeypatch.setattr(Beside, "candidates", ready)
+    monkeypatch.setattr(StartAhead, "__call__", counted)
+    assert main(["generate", "--out", str(tmp_path / "ahead"), *argv]) == 0
+    assert started, "some of round 1's candidates started while round 0's last ones ran"
+    plain, ahead = (load_dataset(str(tmp_path / d), split="train") for d in ("plain", "ahead"))
+    assert plain["id"] == ahead["id"]
+    plain, ahead = (load_dataset(str(tmp_path / d), "rejected", split="train") for d in ("plain", "ahead"))
+    assert [(r["data_source"], r["candidate_index"], r["reason"], r["stage"]) for r in plain] == [
+        (r["data_source"], r["candidate_index"], r["reason"], r["stage"]) for r in ahead
+    ]
