@@ -179,7 +179,7 @@ def compare(folder: Path, out: Path, released: Path | None = None, released_repo
     sizes = []
     dtypes: Counter = Counter()
     for r in ours.rows:
-        shapes = json.loads(r["input_shapes"])
+        shapes = r["input_shapes"]
         sizes.append(sum(math.prod(s["shape"]) for s in shapes))
         dtypes.update(s.get("dtype", "float32") for s in shapes)
     released = [x for x in (_inputs(r["code"]) for r in theirs.rows) if x]

@@ -5,16 +5,16 @@ Everything in it is computed from `stats.json`'s content, so the card and the st
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
 from opsynth.atomic import write_text_atomic
 from opsynth.config import GRAPH_SIMILARITY_THRESHOLD
 from opsynth.outputs.figures import FIGURES
 from opsynth.outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA
+from opsynth.outputs.stats import STAGES
 from opsynth.reasons import NOT_NEEDED
 
 LICENSE = "apache-2.0"
@@ -32,7 +32,10 @@ def size_category(n: int) -> str:
     return "1M<n<10M"
 
 
-HF_DTYPES = {pa.string(): "string", pa.int32(): "int32", pa.int64(): "int64", pa.float64(): "float64"}
+# The configs of the folder: name, where its shards are, and their schema.
+CONFIGS = {"default": ("data/train-*", TASK_SCHEMA), "rejected": ("rejected/rejected-*", REJECTED_SCHEMA)}
+SHARD_FOLDERS = {"default": "data", "rejected": "rejected"}
+PLACEHOLDER = "PATH_OR_REPO_ID"  # where the folder's path or the Hub repository goes in the load example
 
 
 def split_info(paths: list[Path]) -> dict:
@@ -45,36 +48,43 @@ def split_info(paths: list[Path]) -> dict:
     }
 
 
-def dataset_info(config_name: str, schema: pa.Schema, info: dict) -> dict:
-    # Besides describing the data, this block is what `datasets` hashes for a local folder with `configs`:
-    # without it, a regenerated folder (or another folder of the same name) would load from a stale cache.
-    return {
-        "config_name": config_name,
-        "features": [{"name": f.name, "dtype": HF_DTYPES[f.type]} for f in schema],
-        "splits": [{"name": "train", "num_bytes": info["num_bytes"], "num_examples": info["num_examples"]}],
-        "download_size": info["download_size"],
-        "dataset_size": info["num_bytes"],
-    }
+def card_data(stats: dict, splits: dict[str, dict]):
+    """The metadata the Hub reads (`huggingface_hub.DatasetCardData`): licence, tags, sizes, the configs and,
+    per config, `dataset_info` with its features (`datasets`' own, from the Arrow schema). Besides describing
+    the data, `dataset_info` is what `datasets` hashes for a local folder with `configs`: without it, a
+    regenerated folder (or another of the same name) would load from a stale cache. A config of no rows would
+    not load, so the rejected one is listed only where some candidate was rejected."""
+    from datasets import DatasetInfo, Features, SplitDict, SplitInfo
+    from datasets.info import DatasetInfosDict
+    from huggingface_hub import DatasetCardData
 
-
-def front_matter(stats: dict, splits: dict[str, dict]) -> str:
-    """The YAML block the Hub reads: configs, licence, tags, sizes, and `dataset_info` per config."""
-    meta = {
-        "license": LICENSE,
-        "pretty_name": _title(stats),
-        "task_categories": ["text-generation"],
-        "language": ["en"],
-        "tags": ["cuda", "kernelbench", "code", "pytorch", "synthetic"],
-        "size_categories": [size_category(stats["counts"]["rows"])],
-        "configs": [{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"}]}],
-        "dataset_info": [dataset_info("default", TASK_SCHEMA, splits["default"])],
-    }
-    if splits["rejected"]["num_examples"]:  # a config of no rows would not load
-        meta["configs"].append(
-            {"config_name": "rejected", "data_files": [{"split": "train", "path": "rejected/rejected-*"}]}
+    listed = [name for name in CONFIGS if name == "default" or splits[name]["num_examples"]]
+    data = DatasetCardData(
+        license=LICENSE,
+        pretty_name=_title(stats),
+        task_categories=["text-generation"],
+        language=["en"],
+        tags=["cuda", "kernelbench", "code", "pytorch", "synthetic"],
+        size_categories=[size_category(stats["counts"]["rows"])],
+        configs=[
+            {"config_name": name, "data_files": [{"split": "train", "path": CONFIGS[name][0]}]} for name in listed
+        ],
+    )
+    infos = {}
+    for name in listed:
+        info = splits[name]
+        split_dict = SplitDict()
+        split_dict.add(SplitInfo(name="train", num_bytes=info["num_bytes"], num_examples=info["num_examples"]))
+        infos[name] = DatasetInfo(
+            features=Features.from_arrow_schema(CONFIGS[name][1]),
+            splits=split_dict,
+            download_size=info["download_size"],
+            dataset_size=info["num_bytes"],
         )
-        meta["dataset_info"].append(dataset_info("rejected", REJECTED_SCHEMA, splits["rejected"]))
-    return "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---"
+    DatasetInfosDict(infos).to_dataset_card_data(data)
+    if isinstance(data.get("dataset_info"), dict):  # one config: a list all the same, as the Hub shows several
+        data["dataset_info"] = [{"config_name": "default", **data["dataset_info"]}]
+    return data
 
 
 def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
@@ -91,7 +101,8 @@ def _funnel_rows(stats: dict) -> list[tuple]:
     accepted candidates past the quota are said as such (they are in neither the set nor the rejected split),
     as are those the execution stage did not need (see `pipeline.selection.FillPoint`)."""
     rows = []
-    for stage, f in stats["funnel"].items():
+    funnel = stats["funnel"]  # in the pipeline's order, also once read back from stats.json (keys sorted)
+    for stage, f in sorted(funnel.items(), key=lambda item: STAGES.index(item[0]) if item[0] in STAGES else 99):
         dropped = [f"{NOT_RUN if k == NOT_NEEDED else k}: {v}" for k, v in f["dropped"].items()]
         kept = f["kept"]
         beyond = stats["counts"].get("accepted_not_selected", 0)
@@ -124,11 +135,16 @@ def _effort(stats: dict) -> list[str]:
     return [line, ""]
 
 
-def render_card(stats: dict, splits: dict[str, dict]) -> str:
+def render_card(stats: dict, splits: dict[str, dict], dataset: str | None = None) -> str:
+    """The card's text; its load example names `dataset` (the Hub repository, once published), else the folder
+    as the run was given it."""
+    from huggingface_hub import DatasetCard
+
     cfg = stats["config"]
     counts = stats["counts"]
     rows = counts["rows"]
-    lines = [front_matter(stats, splits), "", f"# {_title(stats)}", ""]
+    dataset = json.dumps(dataset or cfg.get("out") or PLACEHOLDER)
+    lines = [f"# {_title(stats)}", ""]
     lines += [
         f"{rows} KernelBench-style PyTorch tasks for training agents that write CUDA kernels. Each row is a",
         "program with `class Model(nn.Module)`, `get_inputs()` and `get_init_inputs()` that fuses up to five",
@@ -142,9 +158,9 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
         "",
         "```python",
         "from datasets import load_dataset",
-        'tasks = load_dataset("PATH_OR_REPO_ID", split="train")',
+        f'tasks = load_dataset({dataset}, split="train")',
         *(
-            ['rejected = load_dataset("PATH_OR_REPO_ID", "rejected", split="train")  # every dropped candidate']
+            [f'rejected = load_dataset({dataset}, "rejected", split="train")  # every dropped candidate']
             if splits["rejected"]["num_examples"]
             else []
         ),
@@ -212,7 +228,7 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
         "## Columns",
         "",
         "`ops`, `data_source` and `code` are the columns of CUDA-Agent-Ops-6K, unchanged. `id` is a hash of",
-        "`code`; `num_ops` the operator count; `input_shapes` the shapes and dtypes of `get_inputs()`;",
+        "`code`; `num_ops` the operator count; `input_shapes` the dtype and shape of each input of `get_inputs()`;",
         "`eager_ms` / `compile_ms` the median forward times on `device_name`; `kb_ast_similarity` (the",
         "paper's score), `kb_ast_similarity_normalized`, `kb_minhash_jaccard` and `kb_nearest` compare the",
         "Model class with KernelBench levels 1-3; `seed` is the candidate seed; `generator_version`.",
@@ -224,8 +240,19 @@ def render_card(stats: dict, splits: dict[str, dict]) -> str:
         "Efficient GPU Kernels?*, Ouyang et al., arXiv:2502.10517.",
         "",
     ]
-    return "\n".join(lines)
+    return str(DatasetCard(f"---\n{card_data(stats, splits).to_yaml()}\n---\n\n" + "\n".join(lines)))
 
 
 def write_card(path: Path, stats: dict, splits: dict[str, dict]) -> None:
     write_text_atomic(path, render_card(stats, splits))
+
+
+def folder_splits(folder: Path) -> dict[str, dict]:
+    """Rows and sizes of each config of a written folder, read from its shards."""
+    return {name: split_info(sorted((folder / SHARD_FOLDERS[name]).glob("*.parquet"))) for name in CONFIGS}
+
+
+def card_for(folder: Path, dataset: str) -> str:
+    """The card of a finished folder, its load example naming `dataset` (the Hub repository it goes to)."""
+    stats = json.loads((folder / "stats.json").read_text())
+    return render_card(stats, folder_splits(folder), dataset)

@@ -13,10 +13,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from opsynth.atomic import TMP_PREFIX
 from opsynth.errors import OpsynthError, UsageError
+from opsynth.reasons import one_line
 
 STATE_DIR = ".opsynth"
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
@@ -38,13 +37,16 @@ def mask(text: str, token: str) -> str:
 
 
 def card_metadata(folder: Path) -> dict:
-    text = (folder / "README.md").read_text(encoding="utf-8")
-    if not text.startswith("---\n") or "\n---" not in text[4:]:
-        raise UsageError(f"{folder / 'README.md'} has no YAML front matter; regenerate the card with opsynth generate")
+    """The card's metadata, as the Hub reads it (`huggingface_hub.DatasetCard`)."""
+    from huggingface_hub import DatasetCard
+
+    path = folder / "README.md"
+    if not path.read_text(encoding="utf-8").startswith("---\n"):
+        raise UsageError(f"{path} has no YAML front matter; regenerate the card with opsynth generate")
     try:
-        return yaml.safe_load(text[4 : text.index("\n---", 4)]) or {}
-    except yaml.YAMLError as e:
-        raise UsageError(f"{folder / 'README.md'}: its YAML front matter does not parse ({e.problem})") from None
+        return DatasetCard.load(path).data.to_dict()
+    except Exception as e:  # the YAML does not parse, or is not a mapping
+        raise UsageError(f"{path}: its YAML front matter does not parse ({one_line(e)})") from None
 
 
 def plan_publish(folder_path: str) -> PublishPlan:
@@ -105,6 +107,8 @@ def publish(
 
     from huggingface_hub import CommitOperationAdd, HfApi, get_token
 
+    from opsynth.outputs.card import card_for
+
     token = get_token()
     if not token:
         raise UsageError("no Hugging Face token: run `hf auth login` or set HF_TOKEN, then publish again")
@@ -113,7 +117,12 @@ def publish(
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         if revision and revision != "main":
             api.create_branch(repo_id, branch=revision, repo_type="dataset", exist_ok=True)
-        operations = [CommitOperationAdd(path_in_repo=f, path_or_fileobj=str(plan.folder / f)) for f in plan.files]
+        # The card's load example names the repository, not the local folder.
+        card = card_for(plan.folder, repo_id).encode()
+        operations = [
+            CommitOperationAdd(path_in_repo=f, path_or_fileobj=card if f == "README.md" else str(plan.folder / f))
+            for f in plan.files
+        ]
         info = api.create_commit(
             repo_id, operations, commit_message=plan.commit_message, repo_type="dataset", revision=revision
         )

@@ -11,6 +11,9 @@ import pyarrow as pa
 
 from opsynth.records import Candidate, Rejection
 
+# One input tensor of `get_inputs()`: what people filter on, typed (a list of these per row).
+INPUT_SHAPE = pa.struct([pa.field("dtype", pa.string()), pa.field("shape", pa.list_(pa.int64()))])
+
 TASK_SCHEMA = pa.schema(
     [
         pa.field("ops", pa.string(), nullable=False),  # JSON list of operator names, in order
@@ -18,7 +21,7 @@ TASK_SCHEMA = pa.schema(
         pa.field("code", pa.string(), nullable=False),  # the task program
         pa.field("id", pa.string(), nullable=False),  # stable content id: hash of `code`
         pa.field("num_ops", pa.int32(), nullable=False),
-        pa.field("input_shapes", pa.string(), nullable=False),  # JSON list of {"shape", "dtype"}
+        pa.field("input_shapes", pa.list_(INPUT_SHAPE), nullable=False),  # each input's dtype and shape
         pa.field("eager_ms", pa.float64()),  # median eager forward time on device_name
         pa.field("compile_ms", pa.float64()),  # the same under torch.compile; null without the compile check
         pa.field("device_name", pa.string()),
@@ -54,7 +57,7 @@ def task_row(c: Candidate, generator_version: str) -> dict:
         "code": c.code,
         "id": c.id,
         "num_ops": len(c.ops),
-        "input_shapes": json.dumps(list(c.input_shapes)),
+        "input_shapes": [{"dtype": s["dtype"], "shape": list(s["shape"])} for s in c.input_shapes],
         "eager_ms": m.get("eager_ms"),
         "compile_ms": m.get("compile_ms"),
         "device_name": m.get("device_name"),

@@ -81,8 +81,11 @@ def test_upload_is_one_commit_of_every_file_but_the_run_state(dataset_folder, hu
     assert set(uploaded) == set(plan.files)
     assert {"README.md", "stats.json", "data/train-00000-of-00001.parquet"} <= set(uploaded)
     assert not any(p.startswith(".opsynth") for p in uploaded)
-    card = base64.b64decode(uploaded["README.md"]["content"])
-    assert card == (dataset_folder / "README.md").read_bytes()
+    # the card as written, its load example naming the repository rather than the local folder
+    card = base64.b64decode(uploaded["README.md"]["content"]).decode()
+    local = (dataset_folder / "README.md").read_text()
+    assert 'load_dataset("acme/x", split="train")' in card and "acme/x" not in local
+    assert card == local.replace(json.dumps(str(dataset_folder)), '"acme/x"')
     captured = capsys.readouterr()
     assert TOKEN not in captured.out + captured.err
 

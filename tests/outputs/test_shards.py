@@ -9,7 +9,8 @@ from opsynth.outputs.shards import shard_name, write_shards
 def _rows(n):
     return [
         {"ops": '["torch.relu"]', "data_source": "torch#1", "code": f"# {i}", "id": f"{i:016x}", "num_ops": 1,
-         "input_shapes": "[]", "eager_ms": 1.0, "compile_ms": None, "device_name": "cpu", "kb_ast_similarity": 0.3,
+         "input_shapes": [{"dtype": "float32", "shape": [i, 8]}], "eager_ms": 1.0, "compile_ms": None,
+         "device_name": "cpu", "kb_ast_similarity": 0.3,
          "kb_ast_similarity_normalized": 0.4, "kb_minhash_jaccard": 0.1,
          "kb_nearest": "level1/1_x", "seed": i, "generator_version": "t"}
         for i in range(n)

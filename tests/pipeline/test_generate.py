@@ -37,6 +37,7 @@ def test_folder_layout(generated):
 def test_loads_with_datasets_with_exact_mixture(generated):
     ds = load_dataset(str(generated), split="train")
     assert len(ds) == 24
+    assert ds.features["input_shapes"].feature["shape"].feature.dtype == "int64"  # typed, as the card says
     counts = {s: ds["data_source"].count(s) for s in set(ds["data_source"])}
     assert counts == {"torch#1": 1, "torch#2": 20, "torch#3": 2, "torch#4": 1}
     assert len(set(ds["id"])) == 24 and len(set(ds["code"])) == 24
@@ -56,6 +57,10 @@ def test_every_task_reexecutes_independently(generated):
             draws = [task.get_inputs() for _ in range(5)]
             outs = [flatten_outputs(model(*d)) for d in draws]
             again = flatten_outputs(model(*draws[0]))
+        # `input_shapes` is typed (a list of {dtype, shape}) and says what get_inputs() gives
+        assert [(s["dtype"], tuple(s["shape"])) for s in row["input_shapes"]] == [
+            (str(t.dtype).removeprefix("torch."), tuple(t.shape)) for t in draws[0] if isinstance(t, torch.Tensor)
+        ]
         assert outputs_close(again, outs[0], 1e-2, 1e-2), row["id"]
         assert all(torch.isfinite(t).all() for o in outs for t in o if t.is_floating_point())
         assert not any(outputs_close(o, outs[0], 1e-2, 1e-2) for o in outs[1:]), row["id"]
