@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
+import logging
 
 from opsynth.commands.arguments import add_command, add_execution_args, execution_settings, load_kernelbench, positive
 from opsynth.config import DEFAULT_PRESET
@@ -64,7 +64,13 @@ def register(sub) -> None:
     )
     shown = gen.add_mutually_exclusive_group()
     shown.add_argument(
-        "--quiet", action="store_true", help="no progress lines: only warnings, errors and the last line"
+        "--quiet", action="store_true", help="no progress bars or lines: only warnings, errors and the last line"
+    )
+    shown.add_argument(
+        "--verbose",
+        action="store_true",
+        help="the lines of detail beside the progress bars (the execution's every 30 s), and the messages of "
+        "Beam, its workers and transformers",
     )
     shown.add_argument(
         "--json",
@@ -116,19 +122,24 @@ def run(args) -> int:
         print(report(plans, options))
         refuse_short(plans)
         return 0
+    from opsynth.pipeline.display import Display, showing
     from opsynth.pipeline.run import generate
 
-    result = generate(options, quiet_workers(extra), log=_silent if options.quiet else _progress)
+    quiet_libraries(args.verbose)
+    with showing(Display.for_terminal(options.quiet, args.verbose)) as display:
+        result = generate(options, extra if args.verbose else quiet_workers(extra), log=display.line)
     print(json.dumps(summary(result), sort_keys=True) if args.json else last_line(result))
     return 0 if result.rows == num_samples else 1
 
 
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr)
+LIBRARY_LOGGERS = ("apache_beam", "transformers", "datasets", "torch")
 
 
-def _silent(message: str) -> None:
-    pass
+def quiet_libraries(verbose: bool) -> None:
+    """The libraries' own loggers say only errors unless `--verbose`: their notices (Beam's runner set-up,
+    transformers' deprecations) are not the run's."""
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
 
 
 def last_line(result) -> str:

@@ -10,7 +10,6 @@ than trusted.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import uuid
@@ -19,7 +18,8 @@ from collections.abc import Callable
 from apache_beam.io.filesystems import FileSystems
 
 from opsynth.filters.verdicts import verdict_from_wire, verdict_to_wire
-from opsynth.pipeline import workfiles
+from opsynth.pipeline import display, workfiles
+from opsynth.pipeline.display import Bar
 from opsynth.reasons import Verdict
 from opsynth.records import Candidate, sealed, unsealed
 
@@ -105,25 +105,35 @@ class ExecutionProgress:
 
 
 class Tally:
-    """Fresh verdicts of one execution stage, reported (to stderr) as they are checkpointed: how many of the
-    candidates it was handed have run, how many of the kept ones the fill point still asks for are in, and the
-    time that leaves at the rate they come in."""
+    """Fresh verdicts of one execution stage, shown as they come in on the bar of the stage (display), and as a
+    line of detail each time they are checkpointed: how many of the candidates it was handed have run, how many
+    of the kept ones the fill point still asks for are in, and the time that leaves at the rate they come in."""
 
     def __init__(self, report: bool = True):
         self.checked = self.kept = self.handed = self.needed = 0
         self.started: float | None = None
         self.shown = report
+        self.bar: Bar | None = None  # the stage's bar: its thread's, found as a batch begins (never pickled)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "bar": None}
 
     def start(self, handed: int, needed: int | None) -> None:
         """A batch begins: `handed` candidates to run, of which `needed` are wanted kept (None: all of them run)."""
         if self.started is None:
             self.started = time.monotonic()
+        self.bar = self.bar or display.active().current()
+        added = handed if needed is None else min(handed, needed)
         self.handed += handed
-        self.needed += handed if needed is None else min(handed, needed)
+        self.needed += added
+        if self.bar is not None:
+            self.bar.grow(added)
 
     def add(self, verdict: Verdict) -> None:
         self.checked += 1
         self.kept += verdict.kept
+        if self.bar is not None:
+            self.bar.show(self.kept, f"{self.checked:,} executed")
 
     def line(self, elapsed: float) -> str:
         done = f"executed {self.checked:,} of at most {self.handed:,} candidates, kept {self.kept:,}"
@@ -137,9 +147,8 @@ class Tally:
         return done + ")"
 
     def report(self) -> None:
-        if not self.shown:
-            return
-        print(f"  {self.line(time.monotonic() - (self.started or time.monotonic()))}", file=sys.stderr)
+        if self.shown:
+            display.active().detail(f"  {self.line(time.monotonic() - (self.started or time.monotonic()))}")
 
 
 def _duration(seconds: float) -> str:
@@ -178,12 +187,12 @@ class CheckpointWatch:
     the driver only when the job ends) and reports them as a Tally of `handed` candidates, `needed` of them
     wanted kept."""
 
-    def __init__(self, progress: ExecutionProgress, handed: int, needed: int | None, every_s: float, log=None):
+    def __init__(self, progress: ExecutionProgress, handed: int, needed: int | None, every_s: float, bar=None):
         self.progress = progress
         self.tally = Tally()
+        self.tally.bar = bar
         self.tally.start(handed, needed)
         self.every_s = every_s
-        self.log = log or (lambda line: print(line, file=sys.stderr))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="checkpoint-watch", daemon=True)
 
@@ -208,4 +217,4 @@ class CheckpointWatch:
             return
         for _, verdict, _ in fresh:
             self.tally.add(verdict)
-        self.log(f"  {self.tally.line(time.monotonic() - (self.tally.started or time.monotonic()))}")
+        self.tally.report()

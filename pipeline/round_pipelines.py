@@ -24,7 +24,7 @@ from apache_beam.utils.shared import Shared
 
 from opsynth.errors import OpsynthError
 from opsynth.filters.execution import ExecutionConfig
-from opsynth.pipeline import workfiles
+from opsynth.pipeline import display, workfiles
 from opsynth.pipeline.graph import ACCEPTED, EXECUTE_REJECTED, PREPARED, build_execute, build_prepare
 from opsynth.pipeline.progress import CheckpointWatch, ExecutionProgress
 from opsynth.pipeline.rounds import (
@@ -116,7 +116,7 @@ def round_results(
         prepare_round(inputs, options, execution, beam_args, pools, log)
         if before_execution is not None:
             before_execution()
-        execute_round(inputs, options, execution, work_root, beam_args, pools, wanted, log)
+        execute_round(inputs, options, execution, work_root, beam_args, pools, wanted)
 
     resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
     if not resumed:
@@ -174,24 +174,25 @@ def prepare_round(
     if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
         return
     several = prepare_args(beam_args, len(specs)) if spread else beam_args
-    try:
-        work = prepare(several)
-    except Exception as e:
-        if several == beam_args:
-            raise
-        # Only an optimization of ours failed (Beam's multi-process mode, on a machine that lacks what it
-        # needs): the same stages in this process.
-        log(f"the CPU stages on several processes failed ({one_line(e)}); running them in this process")
-        work = prepare(beam_args)
+    with display.active().stage(f"round {inputs.number}: CPU stages", total=len(specs)) as bar:
+        try:
+            work = prepare(several)
+        except Exception as e:
+            if several == beam_args:
+                raise
+            # Only an optimization of ours failed (Beam's multi-process mode, on a machine that lacks what it
+            # needs): the same stages in this process.
+            log(f"the CPU stages on several processes failed ({one_line(e)}); running them in this process")
+            if bar is not None:
+                bar.show(0)
+            work = prepare(beam_args)
     workfiles.write_text(workfiles.join(round_dir, PREPARE_WORK_FILE), json.dumps(work, sort_keys=True))
     workfiles.write_text(workfiles.join(round_dir, PREPARED_MARKER), "")
 
 
-def execute_round(
-    inputs: RoundInputs, options, execution, work_root, beam_args, pools: Pools, wanted=None, log=print
-) -> None:
-    """A prepared round's execution; interrupted, it starts again, its checkpointed results reused. Where it runs
-    in other processes, its progress is read from its checkpoints and told to `log`."""
+def execute_round(inputs: RoundInputs, options, execution, work_root, beam_args, pools: Pools, wanted=None) -> None:
+    """A prepared round's execution; interrupted, it starts again, its checkpointed results reused. Its progress
+    is shown (display) as its verdicts come in, or where it runs in other processes, as they are checkpointed."""
     round_dir = inputs.round_dir
     for leftover in (f"{ACCEPTED}-*", f"{EXECUTE_REJECTED}-*", "beam-temp-*"):
         workfiles.delete_matching(workfiles.join(round_dir, leftover))
@@ -203,7 +204,10 @@ def execute_round(
     build = partial(build_execute, prepared_files=prepared_files, options=options, execution=execution,
                     round_dir=round_dir, progress_dir=progress, pool=pools.execution, wanted=wanted,
                     report=here)  # fmt: skip
-    with contextlib.nullcontext() if here else _watch(round_dir, progress, wanted, log):
+    with (
+        display.active().stage(f"round {inputs.number}: execution", unit="kept") as bar,
+        contextlib.nullcontext() if here else _watch(round_dir, progress, wanted, bar),
+    ):
         executed = run_pipeline(beam_args, build)
     for stage, seconds in executed.items():
         work[stage] = work.get(stage, 0.0) + seconds
@@ -214,14 +218,14 @@ def execute_round(
     workfiles.write_text(workfiles.join(round_dir, DONE_MARKER), "")
 
 
-def _watch(round_dir: str, progress: str, wanted: dict[str, int] | None, log) -> CheckpointWatch:
-    """The driver's watch on a round's execution elsewhere: its prepared candidates less those checkpointed
-    already (a resumed round's), and of the kept ones `wanted` asks of each data source, those still missing."""
+def _watch(round_dir: str, progress: str, wanted: dict[str, int] | None, bar) -> CheckpointWatch:
+    """The driver's watch on a round's execution elsewhere, shown on `bar`: its prepared candidates less those
+    checkpointed already (a resumed round's), and of the kept ones `wanted` asks of each source, those missing."""
     done = ExecutionProgress(progress).load()
     prepared = Counter(c.data_source for c in prepared_candidates(round_dir).values())
     kept = Counter(final.data_source for final, verdict, _ in done.done.values() if verdict.kept)
     needed = None if wanted is None else sum(max(0, min(n, wanted.get(s, 0)) - kept[s]) for s, n in prepared.items())
-    return CheckpointWatch(done, max(0, prepared.total() - len(done.done)), needed, WATCH_EVERY_S, log)
+    return CheckpointWatch(done, max(0, prepared.total() - len(done.done)), needed, WATCH_EVERY_S, bar)
 
 
 class Beside:

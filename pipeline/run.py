@@ -44,7 +44,7 @@ from opsynth.outputs.figures import FigureData, write_figures
 from opsynth.outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
 from opsynth.outputs.shards import write_shards
 from opsynth.outputs.stats import build_stats
-from opsynth.pipeline import lookahead, workfiles
+from opsynth.pipeline import display, lookahead, workfiles
 from opsynth.pipeline.lookahead import NextRound
 from opsynth.pipeline.planning import exhausted_sources, plan_round, speculative_plan
 from opsynth.pipeline.round_pipelines import (
@@ -166,8 +166,10 @@ def _generate(
     exhausted: dict[str, dict] = {}  # data source -> when it was retired and where its missing rows went
     idle = 0
     beside: Beside | None = None  # the next round, its CPU stages run beside this one's execution
+    shown = display.active()
     try:
         while selector.missing() and idle < MAX_IDLE_ROUNDS:
+            shown.rows(selector.rows.total(), selector.quota_total())
             r = len(rounds)
             t0 = time.monotonic()
             sizing = round_sizing(options, timed, log)  # from the rounds finished so far
@@ -255,6 +257,7 @@ def _generate(
                     f"{EXHAUSTION_YIELD:.0%}); its {moved} missing rows go to {heir}"
                 )
             del new_accepted, new_rejected, chosen, skipped, rejections, aside
+        shown.rows(selector.rows.total(), selector.quota_total())
         if beside is not None:
             beside.wait(lambda *_: None)  # a round prepared ahead but not needed: done before its pools close
     finally:

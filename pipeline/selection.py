@@ -61,6 +61,9 @@ class Selector:
     def missing(self) -> dict[str, int]:
         return {s: n - self.rows[s] for s, n in self.quota.items() if self.rows[s] < n}
 
+    def quota_total(self) -> int:
+        return sum(self.quota.values())
+
     def retire(self, source: str, exhausted: set[str]) -> tuple[str, int] | None:
         """Stop filling an exhausted data source: its quota becomes the rows it has, and what it lacks goes to
         the largest quota among the sources not exhausted. Returns (that source, rows moved), or None where

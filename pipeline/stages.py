@@ -36,7 +36,7 @@ from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.worker_process import SHAPES
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.compose import CompositionError
-from opsynth.pipeline import lookahead
+from opsynth.pipeline import display, lookahead
 from opsynth.pipeline.candidates import input_elements, make_candidate, rescale_candidate
 from opsynth.pipeline.progress import Checkpointer, ExecutionProgress, Tally
 from opsynth.pipeline.selection import FillPoint
@@ -75,9 +75,17 @@ def stage_work_seconds(result) -> dict[str, float]:
     return work
 
 
+CPU_STAGES = ("compose", "shape_check", "decontaminate")  # a candidate's own CPU stages, before the dedup's join
+
+
 def route(candidate: Candidate, verdict: Verdict, stage: str) -> Iterator:
-    """Send a judged candidate on: kept to the main output, dropped to `REJECTED`; count either way."""
+    """Send a judged candidate on: kept to the main output, dropped to `REJECTED`; count either way. A candidate
+    done with its own CPU stages (dropped by one, or kept by the last) moves its round's bar (display)."""
     candidate = candidate.measured(verdict.measurements)
+    if stage in CPU_STAGES and (not verdict.kept or stage == CPU_STAGES[-1]):
+        bar = display.active().current()
+        if bar is not None:
+            bar.advance()
     if verdict.kept:
         Metrics.counter(COUNTER_NAMESPACE, f"{stage}_kept").inc()
         yield candidate

@@ -106,8 +106,12 @@ def test_pipelines_given_one_pool_handle_start_execution_workers_once(pools_made
 
 
 def test_a_batch_is_checkpointed_as_its_results_come_in_and_the_progress_reported(monkeypatch, capsys):
-    import opsynth.pipeline.progress
+    import sys
 
+    import opsynth.pipeline.progress
+    from opsynth.pipeline.display import LINES, Display
+
+    monkeypatch.setattr(opsynth.pipeline.display, "_active", Display(LINES, file=sys.stderr))
     recorded: list[list[int]] = []
 
     class Progress:
