@@ -39,16 +39,9 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        import platform
+        from opsynth.commands.version import version_line
 
-        import apache_beam
-        import torch
-
-        from opsynth.config import VERSION
-        from opsynth.operator_catalog import catalog_version
-
-        print(f"opsynth {VERSION} (catalog {catalog_version()}; torch {torch.__version__}; apache-beam "
-              f"{apache_beam.__version__}; Python {platform.python_version()})")  # fmt: skip
+        print(version_line())
         parser.exit()
 
 

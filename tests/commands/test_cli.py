@@ -261,17 +261,27 @@ def test_mixture_shares_must_add_up_to_100(tmp_path, capsys):
     assert code == 2 and "add up to 80, not 100" in stderr and not (tmp_path / "o").exists()
 
 
-def test_version_names_opsynth_its_catalog_torch_and_beam(capsys):
+def test_version_names_opsynth_its_catalog_torch_and_beam(capsys, tmp_path, monkeypatch):
     import apache_beam
 
     from opsynth.config import VERSION
     from opsynth.operator_catalog import catalog_version
 
-    with pytest.raises(SystemExit) as done:
-        main(["--version"])
-    out = capsys.readouterr().out
-    assert done.value.code == 0 and out.startswith(f"opsynth {VERSION} (catalog {catalog_version()}; torch ")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def version() -> str:
+        with pytest.raises(SystemExit) as done:
+            main(["--version"])
+        assert done.value.code == 0
+        return capsys.readouterr().out
+
+    out = version()
+    assert out.startswith(f"opsynth {VERSION} (catalog {catalog_version()}; torch ")
     assert f"apache-beam {apache_beam.__version__}" in out
+    # The catalog's hash is kept (it takes importing torch and the catalog); the next --version reads it.
+    (cached,) = (tmp_path / "opsynth").glob("catalog-version-*")
+    cached.write_text("380-cafecafe")
+    assert "(catalog 380-cafecafe; torch " in version()
 
 
 def test_a_negative_value_is_judged_as_a_value(tmp_path, capsys):
