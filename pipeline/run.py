@@ -44,8 +44,9 @@ from opsynth.outputs.figures import FigureData, write_figures
 from opsynth.outputs.schema import REJECTED_SCHEMA, TASK_SCHEMA, rejected_row, task_row
 from opsynth.outputs.shards import write_shards
 from opsynth.outputs.stats import build_stats
-from opsynth.pipeline import display, lookahead, workfiles
+from opsynth.pipeline import display, lookahead, parallel, workfiles
 from opsynth.pipeline.lookahead import NextRound
+from opsynth.pipeline.parallel import helpers_for
 from opsynth.pipeline.planning import exhausted_sources, plan_round, speculative_plan
 from opsynth.pipeline.round_pipelines import (
     Beside,
@@ -72,6 +73,7 @@ from opsynth.pipeline.run_folder import FolderLock, check_config, state_dir
 from opsynth.pipeline.selection import Selector, trim, wanted
 from opsynth.pipeline.sessions import SessionClock, read_sessions
 from opsynth.pipeline.sizing import round_sizing, timed_predictions, with_gpu_budget
+from opsynth.pipeline.stages import reference_index
 from opsynth.records import Candidate, Rejection
 
 
@@ -102,7 +104,12 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         stats = workfiles.read_json(str(out / "stats.json"))
         if isinstance(stats, dict) and "counts" in stats:
             return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
-        with SessionClock(work_root) as session:
+        # Helpers for the CPU stages' own work (pipeline.parallel), forked before any thread of this process starts.
+        reference = {f"kernelbench:{options.kernelbench}": reference_index(options.kernelbench)}
+        with (
+            parallel.helping(helpers_for() if runs_in_this_process(beam_args) else 0, **reference),
+            SessionClock(work_root) as session,
+        ):
             return _generate(options, beam_args, log, quota, work_root, session)
 
 

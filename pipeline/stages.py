@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -36,7 +37,7 @@ from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.worker_process import SHAPES
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.compose import CompositionError
-from opsynth.pipeline import display, lookahead
+from opsynth.pipeline import display, lookahead, parallel
 from opsynth.pipeline.candidates import input_elements, make_candidate, rescale_candidate
 from opsynth.pipeline.progress import Checkpointer, ExecutionProgress, Tally
 from opsynth.pipeline.selection import FillPoint
@@ -49,7 +50,11 @@ REJECTED = "rejected"
 MEMBERS, EARLIER = "members", "earlier"  # the sides of a join of this round's candidates with earlier rounds' state
 COUNTER_NAMESPACE = "opsynth"
 TIME_SUFFIX = "_work_us"
-SHAPE_BATCH = 256  # candidates handed to the shape check's workers at once
+# Candidates handed to the shape check's workers at once: a fixed size, the last batch of a bundle smaller. Beam's
+# adaptive batching, left to itself, kept the batches at one or two candidates (timed per batch, they looked cheap),
+# so the shape check of a round ran on one worker at a time.
+SHAPE_BATCH = 256
+CPU_BATCH = 64  # candidates composed or decontaminated at once (over the helper processes, where there are)
 
 
 @contextlib.contextmanager
@@ -94,26 +99,33 @@ def route(candidate: Candidate, verdict: Verdict, stage: str) -> Iterator:
         yield TaggedOutput(REJECTED, Rejection(candidate, verdict.reason, stage, verdict.detail))
 
 
+def composed(spec: CandidateSpec, workload: Workload, op_weights: str) -> tuple[Candidate, str | None]:
+    """A spec's candidate, or (an empty candidate, why no chain fits)."""
+    try:
+        return make_candidate(spec, workload, op_weights=op_weights), None
+    except CompositionError as e:
+        return Candidate(spec.data_source, spec.index, spec.seed), str(e)[:300]
+
+
 class _ComposeFn(beam.DoFn):
     def __init__(self, workload: Workload, op_weights: str):
         self.workload = workload
         self.op_weights = op_weights
 
-    def process(self, spec: CandidateSpec) -> Iterator:
+    def process(self, specs: list[CandidateSpec]) -> Iterator:
         with stage_clock("compose"):
-            try:
-                candidate, failure = make_candidate(spec, self.workload, op_weights=self.op_weights), None
-            except CompositionError as e:
-                candidate, failure = Candidate(spec.data_source, spec.index, spec.seed), str(e)[:300]
-        if failure is not None:
-            yield from route(candidate, Verdict(SHAPE_ERROR, failure), "compose")
-            return
-        Metrics.counter(COUNTER_NAMESPACE, "candidates").inc()
-        yield candidate
+            made = parallel.mapped(partial(composed, workload=self.workload, op_weights=self.op_weights), specs)
+        for candidate, failure in made:
+            if failure is not None:
+                yield from route(candidate, Verdict(SHAPE_ERROR, failure), "compose")
+                continue
+            Metrics.counter(COUNTER_NAMESPACE, "candidates").inc()
+            yield candidate
 
 
 class ComposeCandidates(beam.PTransform):
-    """Candidate specs -> composed, rendered candidates (`KEPT`), or a `shape_error` when no chain fits."""
+    """Candidate specs -> composed, rendered candidates (`KEPT`), or a `shape_error` when no chain fits; in
+    batches, spread over the run's helper processes where it has some (pipeline.parallel)."""
 
     def __init__(self, workload: Workload, op_weights: str = "uniform"):
         super().__init__()
@@ -121,7 +133,11 @@ class ComposeCandidates(beam.PTransform):
         self.op_weights = op_weights
 
     def expand(self, specs):
-        return specs | beam.ParDo(_ComposeFn(self.workload, self.op_weights)).with_outputs(REJECTED, main=KEPT)
+        return (
+            specs
+            | "BatchSpecs" >> beam.BatchElements(min_batch_size=CPU_BATCH, max_batch_size=CPU_BATCH)
+            | "Compose" >> beam.ParDo(_ComposeFn(self.workload, self.op_weights)).with_outputs(REJECTED, main=KEPT)
+        )
 
 
 @dataclass(frozen=True)
@@ -211,39 +227,61 @@ class CheckShapes(beam.PTransform):
     def expand(self, candidates):
         return (
             candidates
-            | "BatchForShapeCheck" >> beam.BatchElements(min_batch_size=1, max_batch_size=self.batch_size)
+            | "BatchForShapeCheck" >> beam.BatchElements(min_batch_size=self.batch_size, max_batch_size=self.batch_size)
             | "RunOnMeta"
             >> beam.ParDo(_ShapeCheckFn(self.config, self.pool, self.sizing)).with_outputs(REJECTED, main=KEPT)
         )
 
 
+_REFERENCES: dict[str, object] = {}  # this process's KernelBench indexes, by their spec
+
+
+def reference_index(spec: str):
+    """The KernelBench index of `spec`: the one the driver handed its helpers, else loaded once here."""
+    index = parallel.inherited(f"kernelbench:{spec}") or _REFERENCES.get(spec)
+    if index is None:
+        index = _REFERENCES[spec] = load_reference(spec)
+    return index
+
+
+def decontaminated(item: tuple[str, dict | None, int], reference: str, ast_threshold: float,
+                   jaccard_threshold: float) -> Verdict:  # fmt: skip
+    """The decontamination verdict of (code, the operator graph its shape check recorded, its operators)."""
+    code, graph, nodes = item
+    return decontaminate(code, reference_index(reference), ast_threshold, jaccard_threshold, graph, nodes)
+
+
 class _DecontaminateFn(beam.DoFn):
     def __init__(self, reference: str, ast_threshold: float, jaccard_threshold: float):
+        self.judge = partial(decontaminated, reference=reference, ast_threshold=ast_threshold,
+                             jaccard_threshold=jaccard_threshold)  # fmt: skip
         self.reference = reference
-        self.ast_threshold = ast_threshold
-        self.jaccard_threshold = jaccard_threshold
-        self.index = None
 
     def setup(self) -> None:
-        self.index = load_reference(self.reference)
+        reference_index(self.reference)  # a reference that fails to load stops the stage here, once
 
-    def process(self, candidate: Candidate) -> Iterator:
+    def process(self, batch: list[Candidate]) -> Iterator:
         with stage_clock("decontaminate"):
-            m = candidate.measurements
-            verdict = decontaminate(candidate.code, self.index, self.ast_threshold, self.jaccard_threshold,
-                                    m.get("graph"), m.get("graph_nodes", 0))  # fmt: skip
-        yield from route(candidate, verdict, "decontaminate")
+            items = [(c.code, c.measurements.get("graph"), c.measurements.get("graph_nodes", 0)) for c in batch]
+            verdicts = parallel.mapped(self.judge, items)
+        for candidate, verdict in zip(batch, verdicts, strict=True):
+            yield from route(candidate, verdict, "decontaminate")
 
 
 class DecontaminateAgainstKernelBench(beam.PTransform):
-    """Drop candidates whose Model class is a near-duplicate of a KernelBench level 1-3 task."""
+    """Drop candidates whose Model class is a near-duplicate of a KernelBench level 1-3 task; in batches,
+    spread over the run's helper processes where it has some (pipeline.parallel)."""
 
     def __init__(self, reference: str, ast_threshold: float, jaccard_threshold: float):
         super().__init__()
         self.fn = _DecontaminateFn(reference, ast_threshold, jaccard_threshold)
 
     def expand(self, candidates):
-        return candidates | beam.ParDo(self.fn).with_outputs(REJECTED, main=KEPT)
+        return (
+            candidates
+            | "BatchCandidates" >> beam.BatchElements(min_batch_size=CPU_BATCH, max_batch_size=CPU_BATCH)
+            | "Decontaminate" >> beam.ParDo(self.fn).with_outputs(REJECTED, main=KEPT)
+        )
 
 
 class _DedupGroupFn(beam.DoFn):

@@ -44,6 +44,9 @@ def test_start_ahead_offers_the_certainly_asked_candidates_once_each_in_the_next
 
 
 def test_the_dataset_is_the_same_with_and_without_candidates_started_ahead(tmp_path, monkeypatch):
+    """The second run also composes and decontaminates on helper processes (pipeline.parallel), which a 2-core
+    machine has none of by default: the same dataset again."""
+    import opsynth.pipeline.run
     from opsynth.pipeline.round_pipelines import Beside
 
     # Two rounds: the pilot (160 candidates) cannot make 200 rows
@@ -68,6 +71,7 @@ def test_the_dataset_is_the_same_with_and_without_candidates_started_ahead(tmp_p
 
     monkeypatch.setattr(Beside, "candidates", ready)
     monkeypatch.setattr(StartAhead, "__call__", counted)
+    monkeypatch.setattr(opsynth.pipeline.run, "helpers_for", lambda: 2)
     assert main(["generate", "--out", str(tmp_path / "ahead"), *argv]) == 0
     assert started, "some of round 1's candidates started while round 0's last ones ran"
     plain, ahead = (load_dataset(str(tmp_path / d), split="train") for d in ("plain", "ahead"))
