@@ -113,11 +113,11 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
             return _generate(options, beam_args, log, quota, work_root, session)
 
 
-def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: float) -> dict:
+def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: float, shapes=None) -> dict:
     """This process's GPU busy fraction per GPU (NVML) from its first execution to its last, for its session
-    record, with when (seconds after the session's start `t0`) its execution workers were all up and when the
-    first execution began; empty where the GPUs are not watched here (CPU runs, workers on a distributed runner's
-    machines)."""
+    record, with when (seconds after the session's start `t0`) its execution workers were all up, its shape
+    check's workers (`shapes`, the pool round 0's CPU stages wait for) too, and when the first execution began;
+    empty where the GPUs are not watched here (CPU runs, workers on a distributed runner's machines)."""
     if monitor is None or pool is None:
         return {}
     if monitor.unavailable:
@@ -132,6 +132,8 @@ def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: flo
     }
     if pool.ready_at is not None:
         record["workers_ready_s"] = round(pool.ready_at - t0, 1)
+    if shapes is not None and shapes.ready_at is not None:
+        record["shape_workers_ready_s"] = round(shapes.ready_at - t0, 1)
     return {"gpu": record}
 
 
@@ -167,7 +169,7 @@ def _generate(
         execution_pool = pools.execution.acquire(lambda: WorkerPool(execution, start_nice=AHEAD_NICE), tag=execution)
         held = [execution_pool, shape_pool]
     monitor = GpuBusyMonitor().__enter__() if execution.device == "cuda" else None
-    session.extra = lambda: _gpu_record(monitor, held[0] if held else None, session.t0)
+    session.extra = lambda: _gpu_record(monitor, held[0] if held else None, session.t0, held[1] if held else None)
     last_round: dict[str, tuple[int, int]] = {}
     timed: list[float] = []  # measured / predicted time of the executions so far that ran at their first sizes
     exhausted: dict[str, dict] = {}  # data source -> when it was retired and where its missing rows went
