@@ -15,14 +15,14 @@ from apache_beam.utils.shared import Shared
 
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.options import GenerateOptions
+from opsynth.pipeline.dedup_stage import DedupWithinSet
+from opsynth.pipeline.execution_stage import ExecuteCandidates
 from opsynth.pipeline.stages import (
     KEPT,
     REJECTED,
     CheckShapes,
     ComposeCandidates,
     DecontaminateAgainstKernelBench,
-    DedupWithinSet,
-    ExecuteCandidates,
     Sizing,
 )
 from opsynth.records import Candidate, CandidateSpec, sealed, unsealed

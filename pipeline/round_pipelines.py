@@ -25,6 +25,7 @@ from apache_beam.utils.shared import Shared
 from opsynth.errors import OpsynthError
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.pipeline import display, workfiles
+from opsynth.pipeline.execution_stage import execution_order
 from opsynth.pipeline.graph import ACCEPTED, EXECUTE_REJECTED, PREPARED, build_execute, build_prepare
 from opsynth.pipeline.progress import CheckpointWatch, ExecutionProgress
 from opsynth.pipeline.rounds import (
@@ -42,7 +43,7 @@ from opsynth.pipeline.rounds import (
     recorded_plan,
     round_records,
 )
-from opsynth.pipeline.stages import Sizing, execution_order, stage_work_seconds
+from opsynth.pipeline.stages import Sizing, stage_work_seconds
 from opsynth.reasons import one_line
 from opsynth.records import Candidate, CandidateSpec, Rejection, candidate_seed
 

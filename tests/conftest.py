@@ -60,6 +60,7 @@ def tiny_reference(tmp_path_factory) -> tuple[Path, float]:
 @pytest.fixture()
 def pools_made(monkeypatch) -> list:
     """The worker pools that the run driver and the stages make while a test runs, in the order made."""
+    import opsynth.pipeline.execution_stage
     import opsynth.pipeline.run
     import opsynth.pipeline.stages
     from opsynth.filters.workers import WorkerPool
@@ -71,6 +72,6 @@ def pools_made(monkeypatch) -> list:
             super().__init__(cfg, **kwargs)
             made.append(self)
 
-    for module in (opsynth.pipeline.run, opsynth.pipeline.stages):
+    for module in (opsynth.pipeline.run, opsynth.pipeline.stages, opsynth.pipeline.execution_stage):
         monkeypatch.setattr(module, "WorkerPool", CountedPool)
     return made

@@ -10,15 +10,14 @@ from apache_beam.utils.shared import Shared
 
 from opsynth.config import WORKLOADS
 from opsynth.filters.execution import ExecutionConfig
+from opsynth.pipeline.dedup_stage import DedupWithinSet
+from opsynth.pipeline.execution_stage import ExecuteCandidates, execution_order
 from opsynth.pipeline.progress import Checkpointer, Tally
 from opsynth.pipeline.stages import (
     KEPT,
     REJECTED,
     CheckShapes,
     ComposeCandidates,
-    DedupWithinSet,
-    ExecuteCandidates,
-    execution_order,
 )
 from opsynth.reasons import KEEP, RUNTIME_BELOW_WINDOW, Verdict
 from opsynth.records import Candidate, CandidateSpec, candidate_seed

@@ -1,0 +1,192 @@
+"""The execution stage: a round's candidates run in the contained workers of the run's pool, calibrated into the
+runtime window, checkpointed as their verdicts come in, skipped past the round's fill point, and, at the round's
+end, the next round's first candidates started on the workers left idle (pipeline.lookahead)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.utils.shared import Shared
+
+from opsynth.config import (
+    CALIBRATION_MAX_FACTOR,
+    CALIBRATION_TARGET,
+    CALIBRATION_TRIES,
+    EXECUTION_SPREAD,
+    WORKER_PREFIX,
+)
+from opsynth.filters.calibration import run_calibrated
+from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.workers import Job, WorkerPool
+from opsynth.pipeline import lookahead
+from opsynth.pipeline.candidates import input_elements, rescale_candidate
+from opsynth.pipeline.progress import Checkpointer, ExecutionProgress, Tally
+from opsynth.pipeline.selection import FillPoint
+from opsynth.pipeline.stages import COUNTER_NAMESPACE, KEPT, REJECTED, TIME_SUFFIX, route, stage_clock
+from opsynth.reasons import NOT_NEEDED, Verdict
+from opsynth.records import Candidate
+from opsynth.workload import Workload
+
+
+def _warn(message: str) -> None:
+    print(f"opsynth: {message}", file=sys.stderr)
+
+
+def execution_job(candidate: Candidate) -> Job:
+    return Job(f"{candidate.data_source}/{candidate.index}", candidate.code, candidate.seed)
+
+
+def execution_order(candidates: list[Candidate]) -> list[Candidate]:
+    """Each data source's candidates in index order, the sources interleaved, each over its EXECUTION_SPREAD
+    of the list: the order in which a fill point (see `FillPoint`) is reached soon, past which the last ones
+    need not run, and in which the heaviest are not the last. Which candidates a round keeps does not depend
+    on it (FillPoint), only how many run."""
+    per_source: dict[str, list[Candidate]] = {}
+    for c in sorted(candidates, key=lambda c: c.order):
+        per_source.setdefault(c.data_source, []).append(c)
+    turns = [
+        (EXECUTION_SPREAD.get(source, 1.0) * (k + 0.5) / len(cs), c.order, c)
+        for source, cs in per_source.items()
+        for k, c in enumerate(cs)
+    ]
+    return [c for *_, c in sorted(turns, key=lambda t: t[:2])]
+
+
+class _ExecuteBatchFn(beam.DoFn):
+    def __init__(
+        self,
+        config: ExecutionConfig,
+        workload: Workload,
+        progress_dir: str,
+        op_weights: str,
+        pool: Shared,
+        wanted: dict[str, int] | None = None,
+        report: bool = True,
+    ):
+        self.config = config
+        self.wanted = wanted
+        self.workload = workload
+        self.op_weights = op_weights
+        self.progress_dir = progress_dir
+        self.shared_pool = pool
+        self.pool: WorkerPool | None = None
+        self.progress: ExecutionProgress | None = None
+        self.tally = Tally(report)
+
+    def setup(self) -> None:
+        # One pool per process for every pipeline given the same handle: a run's rounds start workers once.
+        self.pool = self.shared_pool.acquire(lambda: WorkerPool(self.config), tag=self.config)
+        self.progress = ExecutionProgress(self.progress_dir).load(log=_warn)
+
+    def process(self, batch: list[Candidate]) -> Iterator:
+        results, todo = [], []
+        fill = FillPoint(self.wanted) if self.wanted is not None else None
+        for candidate in execution_order(batch):
+            checkpointed = self.progress.lookup(candidate)
+            if checkpointed is None:
+                todo.append(candidate)
+            else:
+                results.append(checkpointed)
+                if fill is not None:
+                    fill.add(candidate, checkpointed[1].kept)
+        Metrics.counter(COUNTER_NAMESPACE, "execute_reused").inc(len(results))
+        if todo:
+            # the kept candidates the fill point asks of this batch, beyond those its checkpoints hold
+            self.tally.start(len(todo), None if fill is None else fill.missing())
+            checkpoint = Checkpointer(self.progress, todo, self.tally)
+            next_round = lookahead.registered(self.progress_dir)
+            ahead = None
+            if next_round is not None and fill is not None:
+                ahead = lookahead.StartAhead(next_round, fill, todo, execution_job)
+
+            def on_result(i: int, result: tuple) -> None:
+                if ahead is not None:
+                    ahead.decided(todo[i])
+                if result[1].reason == NOT_NEEDED:
+                    # nothing ran: nothing to keep
+                    return
+                if fill is not None:
+                    fill.add(todo[i], result[1].kept)
+                checkpoint.add(i, result)
+
+            with stage_clock("execute"):
+                fresh = run_calibrated(
+                    self.pool,
+                    todo,
+                    job_of=execution_job,
+                    rescale=lambda c, factor: rescale_candidate(c, factor, self.workload, self.op_weights),
+                    window=self.config.runtime_window_ms,
+                    tries=CALIBRATION_TRIES,
+                    max_factor=CALIBRATION_MAX_FACTOR,
+                    target=CALIBRATION_TARGET,
+                    on_result=on_result,
+                    size=input_elements,
+                    skip=None if fill is None else lambda i: fill.skipped(todo[i]),
+                    ahead=ahead,
+                )
+            checkpoint.flush()
+            for _, verdict, _ in fresh:  # where this run's workers' time went (not a checkpointed run's)
+                for phase, seconds in verdict.measurements.get("phase_s", {}).items():
+                    Metrics.counter(COUNTER_NAMESPACE, f"{WORKER_PREFIX}{phase}{TIME_SUFFIX}").inc(round(seconds * 1e6))
+            results += fresh
+        for candidate, verdict, steps in results:
+            if steps:
+                Metrics.counter(COUNTER_NAMESPACE, "calibrated").inc()
+            # Timing noise stays out of the records.
+            measured = {k: v for k, v in verdict.measurements.items() if k != "phase_s"}
+            verdict = Verdict(verdict.reason, verdict.detail, measured)
+            yield from route(candidate.measured({"calibration_steps": steps}), verdict, "execute")
+
+    def teardown(self) -> None:
+        self.pool = None  # shared: closed when its last holder lets go
+
+
+class ExecuteCandidates(beam.PTransform):
+    """Run every candidate in isolated worker processes on the device, calibrating the sizes of those outside
+    the runtime window; batches keep all workers busy, and each finished batch is checkpointed under
+    `progress_dir`, so a rerun of an interrupted round redoes only the batches that were in flight. Transforms
+    given the same `pool` handle (the rounds of one run) share one worker pool in each process. Given `wanted`
+    (accepted candidates asked of each data source, see `FillPoint`), a batch runs its candidates in turn and
+    skips those its own verdicts already show are not needed (`not_needed`)."""
+
+    def __init__(
+        self,
+        config: ExecutionConfig,
+        batch_size: int,
+        workload: Workload,
+        progress_dir: str,
+        op_weights: str = "uniform",
+        pool: Shared | None = None,
+        wanted: dict[str, int] | None = None,
+        report: bool = True,
+    ):
+        super().__init__()
+        self.wanted = wanted
+        self.report = report
+        self.config = config
+        self.batch_size = batch_size
+        self.workload = workload
+        self.progress_dir = progress_dir
+        self.op_weights = op_weights
+        self.pool = pool or Shared()
+
+    def expand(self, candidates):
+        return (
+            candidates
+            | "Batch" >> beam.BatchElements(min_batch_size=self.batch_size, max_batch_size=self.batch_size)
+            | "RunChecks"
+            >> beam.ParDo(
+                _ExecuteBatchFn(
+                    self.config,
+                    self.workload,
+                    self.progress_dir,
+                    self.op_weights,
+                    self.pool,
+                    self.wanted,
+                    self.report,
+                )
+            ).with_outputs(REJECTED, main=KEPT)
+        )
