@@ -66,7 +66,7 @@ class ExecutionConfig:
 
     device: str  # "cpu" or "cuda"
     runtime_window_ms: tuple[float, float]  # eager time must lie in [low, high]
-    timeout_s: float  # time limit per task, enforced by the pool: CPU time per intra-op thread (workers.overdue)
+    timeout_s: float  # time limit per task, enforced by the pool: CPU time per intra-op thread (worker_budgets.overdue)
     compile_check: bool = True  # also run under torch.compile and compare with eager
     compile_backend: str = "inductor"  # torch.compile backend of the compile check
     num_draws: int = 5  # fresh get_inputs() draws compared for distinguishability

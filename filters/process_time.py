@@ -2,7 +2,7 @@
 
 A worker runs task code, so what it says of itself is a hint at best; the kernel's count is not the task's to
 change. CPU time, unlike the wall clock, does not grow when other processes take the cores: the pool's time
-limit counts it, so that a verdict does not depend on the machine's load (see workers.overdue).
+limit counts it, so that a verdict does not depend on the machine's load (see worker_budgets.overdue).
 """
 
 from __future__ import annotations

@@ -195,7 +195,7 @@ def _serve(conn: Connection, containment: dict) -> None:
 
 def _set_up_device(torch, cfg, gpu_index: int | None, device_lock=None) -> None:
     from opsynth.filters.device_lock import yield_to_timings
-    from opsynth.filters.workers import memory_share, task_threads, workers_per_gpu
+    from opsynth.filters.worker_budgets import memory_share, task_threads, workers_per_gpu
 
     # The workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up as
     # ~10 ms forwards in tiny-workload timings; and the time limit counts a task's CPU time over these threads.
@@ -245,7 +245,7 @@ def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tup
 
     from opsynth.filters.execution import run_checks
     from opsynth.filters.shape_check import check_shapes
-    from opsynth.filters.workers import workers_per_gpu
+    from opsynth.filters.worker_budgets import workers_per_gpu
     from opsynth.reasons import OUT_OF_MEMORY, RUNTIME_ERROR, Verdict, one_line
 
     cfg = setup.config if window is None else dataclasses.replace(setup.config, runtime_window_ms=window)
@@ -274,7 +274,7 @@ def _alone(source: str, seed: int, cfg, setup: WorkerSetup):
     import torch
 
     from opsynth.filters.execution import run_checks
-    from opsynth.filters.workers import memory_share, workers_per_gpu
+    from opsynth.filters.worker_budgets import memory_share, workers_per_gpu
 
     torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
     try:

@@ -9,7 +9,7 @@ import statistics
 
 from opsynth.config import GPU_SPEED, SPEED_SAMPLES
 from opsynth.filters.execution import ExecutionConfig
-from opsynth.filters.workers import element_budget
+from opsynth.filters.worker_budgets import element_budget
 from opsynth.options import GenerateOptions
 from opsynth.pipeline.stages import Sizing
 from opsynth.records import Candidate, Rejection, executed_candidates

@@ -6,7 +6,8 @@ import torch._dynamo
 
 from opsynth.filters.execution import ExecutionConfig, run_checks
 from opsynth.filters.timing import timed_iters
-from opsynth.filters.workers import Job, WorkerPool, memory_share
+from opsynth.filters.worker_budgets import memory_share
+from opsynth.filters.workers import Job, WorkerPool
 from opsynth.reasons import (
     COMPILE_ERROR,
     COMPILE_MISMATCH,
@@ -193,7 +194,7 @@ def test_tasks_waiting_for_a_hung_gpu_holder_are_not_timed_out_and_a_long_holder
 
 def test_the_time_limit_counts_work_not_waits_for_the_gpu():
     from opsynth.filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S
-    from opsynth.filters.workers import overdue
+    from opsynth.filters.worker_budgets import overdue
 
     def watch(hold=0.0, wait=0.0, waited=0.0):
         w = [0.0] * 3
@@ -212,7 +213,7 @@ def test_the_time_limit_counts_work_not_waits_for_the_gpu():
 
 
 def test_the_time_limit_counts_cpu_time_so_a_task_kept_from_the_cores_by_a_loaded_machine_is_not_stopped():
-    from opsynth.filters.workers import HANG_FACTOR, overdue
+    from opsynth.filters.worker_budgets import HANG_FACTOR, overdue
 
     idle = [0.0, 0.0, 0.0]
     # Unloaded, a task computes for 8 of its 10 s; with the cores shared four ways it takes 32 s: the same verdict.

@@ -45,7 +45,7 @@ def test_only_executions_at_their_predicted_sizes_correct_the_speed():
 
 def test_the_element_budget_follows_the_gpus_memory_and_is_the_workloads_elsewhere():
     from opsynth.filters.execution import ExecutionConfig
-    from opsynth.filters.workers import element_budget
+    from opsynth.filters.worker_budgets import element_budget
 
     cuda = ExecutionConfig("cuda", (1.0, 100.0), 60, workers=14)  # 3 of them share a GPU's memory at most
     assert element_budget(150_000_000_000, cuda) == 1 << 31  # an H200: five fp32 copies in 45 GB
