@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 
@@ -125,8 +126,7 @@ def run(args) -> int:
     from opsynth.pipeline.display import Display, showing
     from opsynth.pipeline.run import generate
 
-    quiet_libraries(args.verbose)
-    with showing(Display.for_terminal(options.quiet, args.verbose)) as display:
+    with quiet_libraries(args.verbose), showing(Display.for_terminal(options.quiet, args.verbose)) as display:
         result = generate(options, extra if args.verbose else quiet_workers(extra), log=display.line)
     print(json.dumps(summary(result), sort_keys=True) if args.json else last_line(result))
     return 0 if result.rows == num_samples else 1
@@ -135,11 +135,19 @@ def run(args) -> int:
 LIBRARY_LOGGERS = ("apache_beam", "transformers", "datasets", "torch")
 
 
-def quiet_libraries(verbose: bool) -> None:
-    """The libraries' own loggers say only errors unless `--verbose`: their notices (Beam's runner set-up,
-    transformers' deprecations) are not the run's."""
-    for name in LIBRARY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+@contextlib.contextmanager
+def quiet_libraries(verbose: bool):
+    """While the run lasts, the libraries' own loggers say only errors unless `--verbose`: their notices (Beam's
+    runner set-up, transformers' deprecations) are not the run's. Their levels are given back afterwards."""
+    loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logger.level if verbose else logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def last_line(result) -> str:

@@ -344,3 +344,17 @@ def test_beam_workers_log_errors_only_unless_a_level_is_given():
     assert quiet_workers(mode) == [*mode, "--default_sdk_harness_log_level=ERROR"]
     assert quiet_workers(["--default_sdk_harness_log_level=DEBUG"]) == ["--default_sdk_harness_log_level=DEBUG"]
     assert quiet_workers(["--default_sdk_harness_log_level", "INFO"]) == ["--default_sdk_harness_log_level", "INFO"]
+
+
+def test_the_libraries_say_only_errors_while_a_run_lasts_unless_verbose():
+    import logging
+
+    from opsynth.commands.generate import LIBRARY_LOGGERS, quiet_libraries
+
+    loggers = [logging.getLogger(name) for name in LIBRARY_LOGGERS]
+    before = [logger.level for logger in loggers]
+    with quiet_libraries(verbose=False):
+        assert all(logger.level == logging.ERROR for logger in loggers)
+    assert [logger.level for logger in loggers] == before, "given back for whatever runs next in the process"
+    with quiet_libraries(verbose=True):
+        assert [logger.level for logger in loggers] == before
