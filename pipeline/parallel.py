@@ -15,12 +15,16 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 MIN_CORES = 4
 MAX_HELPERS = 8  # a share of the cores: the execution workers start and compile beside them
 CHUNK = 4  # items a helper takes at once
+# A batch the helpers have not finished in this long (one item takes well under a second) is done here instead,
+# and the run goes on without helpers: a helper that died or hung would otherwise keep `map` waiting for ever.
+BATCH_TIMEOUT_S = 300.0
 
 _pool = None
 _state: dict[str, Any] = {}  # what the helpers inherit from the driver (see `helping`)
@@ -50,12 +54,13 @@ def helping(processes: int, **state: Any) -> Iterator[None]:
         return
     _state.update(state)
     _pool = multiprocessing.get_context("fork").Pool(processes, initializer=_start_helper)
+    started = _pool
     try:
         yield
     finally:
-        pool, _pool = _pool, None
-        pool.terminate()
-        pool.join()
+        _pool = None
+        started.terminate()
+        started.join()
         _state.clear()
 
 
@@ -64,9 +69,20 @@ def inherited(key: str) -> Any:
     return _state.get(key)
 
 
-def mapped(fn: Callable, items: list) -> list:
+def mapped(fn: Callable, items: list, timeout_s: float = BATCH_TIMEOUT_S) -> list:
     """`fn` over `items`, in order: on the helpers where there are, else here. `fn` must be picklable (a
-    module-level function, or a partial of one)."""
-    if _pool is None or len(items) < 2:
+    module-level function, or a partial of one). Helpers that do not finish within `timeout_s` are given up
+    (only an optimization failed: the work is done here, and from then on all of it)."""
+    global _pool
+    pool = _pool
+    if pool is None or len(items) < 2:
         return [fn(item) for item in items]
-    return _pool.map(fn, items, chunksize=CHUNK)
+    try:
+        return pool.map_async(fn, items, chunksize=CHUNK).get(timeout_s)
+    except multiprocessing.TimeoutError:
+        if _pool is pool:
+            _pool = None
+            pool.terminate()
+            print(f"opsynth: the CPU stages' helper processes gave no result in {timeout_s:g} s; going on without "
+                  "them", file=sys.stderr)  # fmt: skip
+        return [fn(item) for item in items]

@@ -25,3 +25,23 @@ def test_helpers_compose_and_decontaminate_as_the_driver_does():
 
 def test_a_machine_gets_helpers_for_half_its_cores_from_four_on():
     assert [helpers_for(n) for n in (1, 2, 3, 4, 16, 64)] == [0, 0, 0, 2, 8, 8]
+
+
+def _stuck(item: int) -> int:
+    import os
+    import time
+
+    if item == 0 and os.getpid() != parallel.inherited("driver"):
+        time.sleep(60)  # a helper that never answers in time (killed with the pool); the driver answers at once
+    return item * 2
+
+
+def test_helpers_that_give_no_result_in_time_are_given_up_and_the_work_done_here(capsys):
+    import os
+
+    with parallel.helping(2, driver=os.getpid()):
+        assert parallel.mapped(_stuck, [1, 2, 3], timeout_s=30) == [2, 4, 6]
+        # the batch that hangs a helper: done here, and the run goes on without helpers
+        assert parallel.mapped(_stuck, [0, 5], timeout_s=0.5) == [0, 10]
+        assert parallel.mapped(_stuck, [7, 8]) == [14, 16]
+    assert "going on without them" in capsys.readouterr().err
