@@ -280,6 +280,8 @@ class WorkerPool:
     def _adopt(self, pending: deque, finish) -> None:
         """Of the pending jobs, those started ahead: a verdict in hand is final at once, a job in flight goes
         on for this run; the other verdicts started ahead are dropped."""
+        if not self._ahead:
+            return  # nothing was started ahead (most runs)
         jobs = list(pending)
         pending.clear()  # follow-ups of verdicts taken here go first, as in a run
         kept = []

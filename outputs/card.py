@@ -34,7 +34,6 @@ def size_category(n: int) -> str:
 
 # The configs of the folder: name, where its shards are, and their schema.
 CONFIGS = {"default": ("data/train-*", TASK_SCHEMA), "rejected": ("rejected/rejected-*", REJECTED_SCHEMA)}
-SHARD_FOLDERS = {"default": "data", "rejected": "rejected"}
 PLACEHOLDER = "PATH_OR_REPO_ID"  # where the folder's path or the Hub repository goes in the load example
 
 
@@ -249,7 +248,7 @@ def write_card(path: Path, stats: dict, splits: dict[str, dict]) -> None:
 
 def folder_splits(folder: Path) -> dict[str, dict]:
     """Rows and sizes of each config of a written folder, read from its shards."""
-    return {name: split_info(sorted((folder / SHARD_FOLDERS[name]).glob("*.parquet"))) for name in CONFIGS}
+    return {name: split_info(sorted(folder.glob(f"{shards}.parquet"))) for name, (shards, _) in CONFIGS.items()}
 
 
 def card_for(folder: Path, dataset: str) -> str:

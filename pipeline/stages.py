@@ -227,9 +227,18 @@ class CheckShapes(beam.PTransform):
 _REFERENCES: dict[str, object] = {}  # this process's KernelBench indexes, by their spec
 
 
+def _reference_key(spec: str) -> str:
+    return f"kernelbench:{spec}"
+
+
+def reference_state(spec: str) -> dict:
+    """The KernelBench index of `spec`, as the driver hands it to its helpers (parallel.helping)."""
+    return {_reference_key(spec): reference_index(spec)}
+
+
 def reference_index(spec: str):
     """The KernelBench index of `spec`: the one the driver handed its helpers, else loaded once here."""
-    index = parallel.inherited(f"kernelbench:{spec}") or _REFERENCES.get(spec)
+    index = parallel.inherited(_reference_key(spec)) or _REFERENCES.get(spec)
     if index is None:
         index = _REFERENCES[spec] = load_reference(spec)
     return index
