@@ -295,14 +295,13 @@ def test_a_negative_value_is_judged_as_a_value(tmp_path, capsys):
 def test_ctrl_c_inside_a_beam_stage_says_how_to_resume_and_prints_no_traceback(monkeypatch, capsys, caplog):
     """Beam logs a KeyboardInterrupt raised in a stage with its traceback and re-raises it as a RuntimeError."""
     import logging
-    import os
     import signal
 
     import opsynth.commands.cli
 
     def a_stage_interrupted(argv):
         try:
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # to this thread, not to whichever thread of the process
             signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
             raise AssertionError("SIGINT did not interrupt")
         except KeyboardInterrupt as e:
@@ -312,11 +311,16 @@ def test_ctrl_c_inside_a_beam_stage_says_how_to_resume_and_prints_no_traceback(m
             raise RuntimeError("KeyboardInterrupt [while running 'Stage']") from e
 
     monkeypatch.setattr(opsynth.commands.cli, "run", a_stage_interrupted)
-    assert main(["generate", "--out", "o"]) == 130
+    # As in a terminal: a shell starts a background job (the suite run with `&`) with SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main(["generate", "--out", "o"]) == 130
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
     assert err == "opsynth: interrupted; run the same command again to resume\n"
     assert not caplog.records, "the stage's traceback is not logged"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert logging.getLogger().isEnabledFor(logging.ERROR), "logging is back for whatever runs next"
 
 
