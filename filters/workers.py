@@ -106,11 +106,17 @@ class _Worker:
         self.watch = open_watch(watch_path)
         ours, theirs = socket.socketpair()
         self.cgroup = PidsCgroup.create(f"opsynth-{os.getpid()}-{name}", cage.limits.processes)
+        env = task_environment(os.environ, self.scratch, _python_path())
+        if setup["config"].device != "cuda":
+            # A CPU worker (the shape check's on the meta device, a CPU run's) sees no GPU: no library it imports
+            # sets up the CUDA driver, which on one H200's host made its start-up and first transformers task
+            # take seconds longer while the execution workers created their contexts.
+            env["CUDA_VISIBLE_DEVICES"] = ""
         with theirs:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "opsynth.filters.worker_process", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
-                env=task_environment(os.environ, self.scratch, _python_path()),
+                env=env,
                 cwd=self.scratch,
                 stdin=subprocess.DEVNULL,
                 stdout=sys.__stderr__.fileno() if sys.__stderr__ else subprocess.DEVNULL,  # keep stdout for results

@@ -108,6 +108,19 @@ def test_workers_started_ahead_give_their_priority_back_once_up_where_they_may()
     assert verdict.reason == KEEP, verdict.detail
 
 
+NO_GPU_SEEN = fixtures.task(
+    "import os\nif os.environ.get('CUDA_VISIBLE_DEVICES') != '':\n"
+    "    raise RuntimeError(os.environ.get('CUDA_VISIBLE_DEVICES'))\nreturn x * 2"
+)
+
+
+def test_a_cpu_worker_sees_no_gpu(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # what the user's shell may say: a CPU worker hides it
+    with WorkerPool(CPU) as pool:
+        (verdict,) = pool.run([Job("no-gpu", NO_GPU_SEEN, 1)])
+    assert verdict.reason == KEEP, verdict.detail
+
+
 SPIN = fixtures.task("while True:\n    pass\nreturn x")
 
 
