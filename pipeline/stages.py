@@ -24,6 +24,7 @@ from opsynth.config import (
     SIZE_MAX_FACTOR,
     SIZE_SLACK,
 )
+from opsynth.data_sources import TRANSFORMERS
 from opsynth.device_speed import DeviceSpeed
 from opsynth.filters.calibration import rescale_factor
 from opsynth.filters.decontamination import decontaminate, load_reference
@@ -43,8 +44,8 @@ COUNTER_NAMESPACE = "opsynth"
 TIME_SUFFIX = "_work_us"
 # Candidates handed to the shape check's workers at once: a fixed size, the last batch of a bundle smaller. Beam's
 # adaptive batching, left to itself, kept the batches at one or two candidates (timed per batch, they looked cheap),
-# so the shape check of a round ran on one worker at a time.
-SHAPE_BATCH = 256
+# so the shape check of a round ran on one worker at a time. A first round of a few hundred is one batch.
+SHAPE_BATCH = 512
 CPU_BATCH = 64  # candidates composed or decontaminated at once (over the helper processes, where there are)
 
 
@@ -96,6 +97,14 @@ def composed(spec: CandidateSpec, workload: Workload, op_weights: str) -> tuple[
         return make_candidate(spec, workload, op_weights=op_weights), None
     except CompositionError as e:
         return Candidate(spec.data_source, spec.index, spec.seed), str(e)[:300]
+
+
+def warm_composition(sources: list[str], workload: Workload, op_weights: str) -> None:
+    """Compose one throwaway candidate of each of `sources` here: what composition imports on first use (torch's
+    decompositions for the meta device, transformers) is then loaded once, before the helpers are forked, not
+    in each of them at once (on one H200's host that made a round's first batch take 7.5 s, not 1 s)."""
+    for source in sources:
+        composed(CandidateSpec(source, 0, 0), workload, op_weights)
 
 
 class _ComposeFn(beam.DoFn):
@@ -154,6 +163,17 @@ def _shape_jobs(batch: list[Candidate]) -> list[Job]:
     return [Job(f"{c.data_source}/{c.index}", c.code, c.seed, SHAPES) for c in batch]
 
 
+def shape_verdicts(pool: WorkerPool, batch: list[Candidate]) -> list[Verdict]:
+    """The shape check's verdicts of `batch`, in its order, its transformers candidates handed out first: a
+    worker's first one imports transformers (seconds on one H200's host), which so overlaps the other workers'
+    checks instead of ending the batch. A verdict does not depend on the order."""
+    order = sorted(range(len(batch)), key=lambda i: batch[i].data_source != TRANSFORMERS)
+    verdicts: list[Verdict | None] = [None] * len(batch)
+    for i, verdict in zip(order, pool.run(_shape_jobs([batch[i] for i in order])), strict=True):
+        verdicts[i] = verdict
+    return verdicts
+
+
 class _ShapeCheckFn(beam.DoFn):
     def __init__(self, config: ExecutionConfig, pool: Shared, sizing: Sizing | None):
         self.config = config
@@ -166,7 +186,7 @@ class _ShapeCheckFn(beam.DoFn):
 
     def process(self, batch: list[Candidate]) -> Iterator:
         with stage_clock("shape_check"):
-            verdicts = self.pool.run(_shape_jobs(batch))
+            verdicts = shape_verdicts(self.pool, batch)
             if self.sizing is not None:
                 batch, verdicts = self._sized(batch, verdicts)
         for candidate, verdict in zip(batch, verdicts, strict=True):
@@ -183,7 +203,7 @@ class _ShapeCheckFn(beam.DoFn):
                 rescaled = rescale_candidate(candidate, factor, self.sizing.workload, self.sizing.op_weights)
                 if rescaled is not None:
                     moved[i] = rescaled
-        checked = self.pool.run(_shape_jobs(list(moved.values())))
+        checked = shape_verdicts(self.pool, list(moved.values()))
         for (i, rescaled), verdict in zip(moved.items(), checked, strict=True):
             if verdict.kept and verdict.measurements.get("cost"):
                 batch[i], verdicts[i] = rescaled, verdict

@@ -18,6 +18,9 @@ from opsynth.pipeline.stages import (
     REJECTED,
     CheckShapes,
     ComposeCandidates,
+    composed,
+    shape_verdicts,
+    warm_composition,
 )
 from opsynth.reasons import KEEP, RUNTIME_BELOW_WINDOW, Verdict
 from opsynth.records import Candidate, CandidateSpec, candidate_seed
@@ -37,6 +40,15 @@ def test_compose_candidates_yields_one_rendered_candidate_per_spec():
         assert_that(out[KEPT] | beam.Map(lambda c: (c.index, len(c.ops), "class Model" in c.code)),
                     equal_to([(i, 2, True) for i in range(6)]))  # fmt: skip
         assert_that(out[REJECTED], equal_to([]), label="no rejections")
+
+
+def test_composing_throwaway_candidates_first_changes_no_candidate():
+    specs = [
+        CandidateSpec(s, i, candidate_seed(3, s, i)) for s in ("torch#1", "torch#3", "transformers") for i in range(4)
+    ]
+    before = [composed(spec, WORKLOADS["tiny"], "ops6k") for spec in specs]
+    warm_composition(["torch#1", "torch#3", "transformers"], WORKLOADS["tiny"], "ops6k")
+    assert [composed(spec, WORKLOADS["tiny"], "ops6k") for spec in specs] == before
 
 
 def test_check_shapes_routes_a_mismatch_to_rejected_with_its_reason_and_a_crash_costs_its_candidate_only():
@@ -183,6 +195,22 @@ def test_a_batch_runs_its_heaviest_data_sources_first_and_each_source_in_index_o
     last_heavy = max(k for k, c in enumerate(order) if c.data_source == "transformers")
     assert last_heavy < len(order) / 4  # none of them at the end, where the round would wait for it
     assert order[-1].data_source == "torch#2"
+
+
+def test_the_shape_check_hands_out_transformers_candidates_first_and_gives_verdicts_in_the_batchs_order():
+    class Recorder:
+        handed = ()
+
+        def run(self, jobs):
+            self.handed = [job.key for job in jobs]
+            return [Verdict(KEEP, job.key) for job in jobs]
+
+    batch = [Candidate(source, i, i, (), f"# {source} {i}") for i, source in
+             enumerate(["torch#1", "transformers", "torch#2", "transformers", "torch#1"])]  # fmt: skip
+    pool = Recorder()
+    verdicts = shape_verdicts(pool, batch)
+    assert pool.handed == ["transformers/1", "transformers/3", "torch#1/0", "torch#2/2", "torch#1/4"]
+    assert [v.detail for v in verdicts] == [f"{c.data_source}/{c.index}" for c in batch]
 
 
 def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_time():
