@@ -73,7 +73,7 @@ from opsynth.pipeline.run_folder import FolderLock, check_config, state_dir
 from opsynth.pipeline.selection import Selector, trim, wanted
 from opsynth.pipeline.sessions import SessionClock, read_sessions
 from opsynth.pipeline.sizing import round_sizing, timed_predictions, with_gpu_budget
-from opsynth.pipeline.stages import reference_state
+from opsynth.pipeline.stages import reference_state, warm_composition
 from opsynth.records import Candidate, Rejection
 
 
@@ -105,10 +105,11 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         if isinstance(stats, dict) and "counts" in stats:
             return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
         # Helpers for the CPU stages' own work (pipeline.parallel), forked before any thread of this process starts.
+        helpers = helpers_for() if runs_in_this_process(beam_args) else 0
+        if helpers:
+            warm_composition([s for s, n in quota.items() if n], options.sizes, options.op_weights)
         with (
-            parallel.helping(
-                helpers_for() if runs_in_this_process(beam_args) else 0, **reference_state(options.kernelbench)
-            ),
+            parallel.helping(helpers, **reference_state(options.kernelbench)),
             SessionClock(work_root) as session,
         ):
             return _generate(options, beam_args, log, quota, work_root, session)
