@@ -72,7 +72,7 @@ def _parquet_tasks(files: list[Path]) -> list[tuple[str, str]]:
     return tasks
 
 
-def _dataset_shards(folder: Path) -> list[Path]:
+def dataset_shards(folder: Path) -> list[Path]:
     """The Parquet files of a dataset folder: in it, or in its `data/` folder as `generate` writes them."""
     for place in (folder, folder / "data"):
         shards = sorted(p for p in place.glob("*.parquet") if p.is_file())
@@ -91,7 +91,7 @@ def read_tasks(input_path: str) -> list[tuple[str, str]]:
         files = sorted(p for p in path.iterdir() if p.suffix == ".py" and p.is_file())
         if files:
             return [(p.name, p.read_text(encoding="utf-8", errors="replace")) for p in files]
-        shards = _dataset_shards(path)
+        shards = dataset_shards(path)
         if not shards:
             raise UsageError(f"{input_path} holds no .py files and no Parquet shards; {INPUT_HELP}")
         return _parquet_tasks(shards)
@@ -102,21 +102,29 @@ def read_tasks(input_path: str) -> list[tuple[str, str]]:
     raise UsageError(f"{input_path}: expected a .py file, a folder, or a .parquet file; {INPUT_HELP}")
 
 
-def recorded_eager_ms(input_path: str) -> dict[str, float]:
-    """Task name -> the eager time a generated set recorded for it (its `eager_ms` column), where the input is
-    Parquet with one; empty otherwise."""
+def recorded_columns(input_path: str, columns: tuple[str, ...]) -> dict[str, tuple]:
+    """Task id -> the values of `columns` a generated set recorded for it (its rows' columns), where the input
+    is Parquet with an `id` column and the first of them; empty otherwise. A column missing is None."""
     import pyarrow.parquet as pq
 
     path = Path(input_path)
-    files = _dataset_shards(path) if path.is_dir() else [path] if path.suffix == ".parquet" else []
-    recorded: dict[str, float] = {}
+    files = dataset_shards(path) if path.is_dir() else [path] if path.suffix == ".parquet" else []
+    recorded: dict[str, tuple] = {}
     for file in files:
-        if not {"id", "eager_ms"} <= set(pq.read_schema(file).names):
+        names = set(pq.read_schema(file).names)
+        if not {"id", columns[0]} <= names:
             return {}
-        table = pq.read_table(file, columns=["id", "eager_ms"])
-        ids, times = table.column("id").to_pylist(), table.column("eager_ms").to_pylist()
-        recorded.update(zip(map(str, ids), times, strict=True))
-    return {name: ms for name, ms in recorded.items() if ms is not None}
+        table = pq.read_table(file, columns=["id", *(c for c in columns if c in names)])
+        values = [table.column(c).to_pylist() if c in names else [None] * table.num_rows for c in columns]
+        recorded.update(zip(map(str, table.column("id").to_pylist()), zip(*values, strict=True), strict=True))
+    return recorded
+
+
+def recorded_eager_ms(input_path: str) -> dict[str, float]:
+    """Task name -> the eager time a generated set recorded for it (its `eager_ms` column), where the input is
+    Parquet with one; empty otherwise."""
+    recorded = recorded_columns(input_path, ("eager_ms",))
+    return {name: ms for name, (ms,) in recorded.items() if ms is not None}
 
 
 def sample_tasks(tasks: list[T], n: int, seed: int) -> list[T]:

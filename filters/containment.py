@@ -54,6 +54,17 @@ def task_environment(environ: Mapping[str, str], home: str, python_path: list[st
     }
 
 
+def python_path() -> list[str]:
+    """Where a contained process finds this package and its dependencies: this process's import path, after the
+    folder that holds the `opsynth` package."""
+    import sys
+
+    import opsynth
+
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(opsynth.__file__)))
+    return list(dict.fromkeys([package_root, *(os.path.abspath(p) for p in sys.path if p)]))
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resource limits of a worker process and of everything it starts."""

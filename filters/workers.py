@@ -29,8 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-import opsynth
-from opsynth.filters.containment import Limits, PidsCgroup, host_memory_share, task_environment
+from opsynth.filters.containment import Limits, PidsCgroup, host_memory_share, python_path, task_environment
 from opsynth.filters.device_lock import DeviceLock, clear_watch, open_watch
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.process_time import cpu_seconds, only_child
@@ -90,13 +89,6 @@ def reported_time(value, earliest: float, latest: float) -> float:
     return min(max(value, earliest), latest) if isinstance(value, int | float) and math.isfinite(value) else latest
 
 
-def _python_path() -> list[str]:
-    """Where the worker finds this package and its dependencies: this process's import path, after the folder that
-    holds the `opsynth` package."""
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(opsynth.__file__)))
-    return list(dict.fromkeys([package_root, *(os.path.abspath(p) for p in sys.path if p)]))
-
-
 class _Worker:
     """The pool's handle on one worker process, its socket, its scratch folder and its watch."""
 
@@ -106,7 +98,7 @@ class _Worker:
         self.watch = open_watch(watch_path)
         ours, theirs = socket.socketpair()
         self.cgroup = PidsCgroup.create(f"opsynth-{os.getpid()}-{name}", cage.limits.processes)
-        env = task_environment(os.environ, self.scratch, _python_path())
+        env = task_environment(os.environ, self.scratch, python_path())
         if setup["config"].device != "cuda":
             # A CPU worker (the shape check's on the meta device, a CPU run's) sees no GPU: no library it imports
             # sets up the CUDA driver, which on one H200's host made its start-up and first transformers task
