@@ -12,10 +12,10 @@ import os
 import signal
 import sys
 
-from opsynth.commands import bench, catalog, compare, generate, publish, reference, similarity, validate
+from opsynth.commands import bench, catalog, compare, generate, publish, reference, score, similarity, validate
 from opsynth.errors import OpsynthError, UsageError
 
-COMMANDS = (generate, validate, similarity, publish, bench, catalog, compare, reference)  # in --help's order
+COMMANDS = (generate, validate, score, similarity, publish, bench, catalog, compare, reference)  # in --help's order
 NUMERIC_VALUE_OPTIONS = frozenset({"--runtime-window-ms", "--seed", "--num-samples", "--timeout-s", "--workers",
                                    "--similarity-threshold", "--jaccard-threshold", "--sample", "--n"})  # fmt: skip
 

@@ -1,0 +1,179 @@
+"""The CUDA Agent paper's reward for a solution (`ModelNew`) to a task, and the two halves of its measurement,
+each run in a process of its own (filters.scoring_process): the task's side (`reference_case`: its weights, five
+fresh input draws, its outputs and, where asked, its eager and compiled times) and the solution's side
+(`solution_run`: its outputs on those draws and its time), which never sees the task's outputs or baselines.
+
+Times are the paper's: on CUDA the summed kernel time of one forward under the profiler (WARMUP forwards, then
+ITERS timed); on the CPU the median wall time of one forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
+import torch
+
+from opsynth.filters.comparison import flatten_outputs
+from opsynth.filters.task_loading import load_task
+from opsynth.filters.timing import PhaseClock, device_ms, host_time_ms, profile_forwards
+
+NUM_DRAWS = 5  # fresh input draws the solution's outputs must match
+ATOL = RTOL = 1e-2  # the paper's tolerance
+WARMUP, ITERS = 5, 10  # forwards before the timed ones, and the timed ones
+FASTER = 1.05  # "more than 5 % faster": a baseline's time over the solution's above this
+EXTENSION_NAME = "cuda_extension"  # what a solution imports its compiled sources as
+SOLUTION_FILENAME = "model_new.py"  # the solution's module in a solution folder
+EXTENSION_SUFFIXES = (".cu", ".cpp")
+
+
+def reward(solution_ms: float, eager_ms: float | None, compile_ms: float | None) -> tuple[int, str]:
+    """The reward of a correct solution and why: 3 more than 5 % faster than both eager and torch.compile, 2
+    than eager only, else 1 (a baseline not known is not beaten). An incorrect solution is -1, decided before."""
+    beats_eager = eager_ms is not None and eager_ms / max(solution_ms, 1e-9) > FASTER
+    beats_compile = compile_ms is not None and compile_ms / max(solution_ms, 1e-9) > FASTER
+    if beats_eager and beats_compile:
+        return 3, "correct; more than 5 % faster than eager and than torch.compile"
+    if beats_eager:
+        known = "" if compile_ms is not None else " (no torch.compile time to beat)"
+        return 2, f"correct; more than 5 % faster than eager, not than torch.compile{known}"
+    return 1, "correct; not more than 5 % faster than eager"
+
+
+def _on(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, list | tuple):
+        return type(value)(_on(v, device) for v in value)
+    return value
+
+
+def _timed_ms(fn, inputs: list, cuda: bool) -> float:
+    if cuda:
+        (prof,) = profile_forwards([(fn, "timing")], inputs, ITERS, contextlib.nullcontext(), PhaseClock())
+        return device_ms(prof, ITERS)
+    return host_time_ms(fn, inputs, WARMUP, ITERS)
+
+
+def _warmed(fn, inputs: list, cuda: bool):
+    with torch.no_grad():
+        for _ in range(WARMUP):
+            out = fn(*inputs)
+        if cuda:
+            torch.cuda.synchronize()
+    return out
+
+
+def reference_case(task_source: str, seed: int, device: str, measure: bool) -> tuple[dict, dict]:
+    """The task's side: (the case the solution gets: init inputs, weights, the draws' inputs, all on the CPU;
+    what stays with the scorer: the draws' outputs and, where `measure`, the eager and compiled times). The
+    draws are seeded by `seed`, which the scorer picks at random, so no solution can know them in advance."""
+    task = load_task(task_source)
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    torch.manual_seed(seed)
+    init_inputs = list(task.get_init_inputs())
+    with torch.device(dev):
+        model = task.model_class(*init_inputs)
+    model = model.to(dev).eval()
+    draws, outputs = [], []
+    with torch.no_grad():
+        for i in range(NUM_DRAWS):
+            torch.manual_seed(seed + 1 + i)
+            with torch.device(dev):
+                inputs = list(_on(task.get_inputs(), dev))
+            outputs.append([t.detach().cpu() for t in flatten_outputs(model(*inputs))])
+            draws.append(_on(inputs, torch.device("cpu")))
+    case = {"init_inputs": init_inputs, "weights": {k: v.cpu() for k, v in model.state_dict().items()},
+            "draws": draws, "model_seed": seed}  # fmt: skip
+    kept: dict[str, Any] = {"outputs": outputs}
+    if measure:
+        inputs = _on(draws[0], dev)
+        _warmed(model, inputs, cuda)
+        kept["eager_ms"] = _timed_ms(model, inputs, cuda)
+        try:
+            compiled = torch.compile(model)
+            _warmed(compiled, inputs, cuda)
+            kept["compile_ms"] = _timed_ms(compiled, inputs, cuda)
+        except Exception as e:  # a task torch.compile cannot take has no compiled time to beat
+            kept["compile_error"] = f"{type(e).__name__}: {e}"[:300]
+    return case, kept
+
+
+class FunctionalDisabled(Exception):
+    """A solution called a public callable of torch.nn.functional."""
+
+
+@contextlib.contextmanager
+def functional_disabled():
+    """Within the block every public callable of torch.nn.functional raises, as in the paper's checker: a
+    solution may not fall back to PyTorch's own operators through it."""
+    import torch.nn.functional as F
+
+    saved = {name: value for name, value in vars(F).items() if not name.startswith("_") and callable(value)
+             and not isinstance(value, type) and getattr(value, "__module__", "").startswith("torch")}  # fmt: skip
+
+    def blocked(name: str):
+        def call(*args, **kwargs):
+            raise FunctionalDisabled(f"the solution calls torch.nn.functional.{name}, which the checker forbids")
+
+        return call
+
+    for name in saved:
+        setattr(F, name, blocked(name))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(F, name, value)
+
+
+def build_extension(folder: str, build_dir: str) -> None:
+    """Compile the solution folder's .cu and .cpp sources into the module EXTENSION_NAME, importable from then
+    on (torch.utils.cpp_extension); a compiler error raises with the compiler's message."""
+    from torch.utils.cpp_extension import load
+
+    sources = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(EXTENSION_SUFFIXES))
+    if sources:
+        os.makedirs(build_dir, exist_ok=True)
+        module = load(name=EXTENSION_NAME, sources=sources, build_directory=build_dir, verbose=False)
+        sys.modules[EXTENSION_NAME] = module
+
+
+def _solution_module(source: str, path: str):
+    spec = importlib.util.spec_from_loader("model_new", loader=None, origin=path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model_new"] = module
+    exec(compile(source, path, "exec"), module.__dict__)
+    model_new = module.__dict__.get("ModelNew")
+    if not callable(model_new):
+        raise AttributeError("the solution defines no ModelNew")
+    return model_new
+
+
+def solution_run(source: str, path: str, case: dict, device: str) -> tuple[list[list[torch.Tensor]], float]:
+    """The solution's side: ModelNew built in eval mode with the task's weights loaded, its outputs on each of
+    the case's draws and its time on the first, torch.nn.functional disabled throughout (its import too, so it
+    cannot keep the functions aside)."""
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    with functional_disabled(), torch.no_grad():
+        model_new = _solution_module(source, path)
+        torch.manual_seed(case["model_seed"])
+        with torch.device(dev):
+            model = model_new(*case["init_inputs"])
+        model = model.to(dev).eval()
+        model.load_state_dict(case["weights"], strict=False)
+        outputs = []
+        for draw in case["draws"]:
+            out = model(*_on(draw, dev))
+            outputs.append([t.detach().cpu() for t in flatten_outputs(out)])
+        if cuda:
+            torch.cuda.synchronize()
+        inputs = _on(case["draws"][0], dev)
+        _warmed(model, inputs, cuda)
+        solution_ms = _timed_ms(model, inputs, cuda)
+    return outputs, solution_ms
