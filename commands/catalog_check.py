@@ -18,7 +18,8 @@ from opsynth.operator_catalog.compose import CHAIN_ERRORS, chain
 from opsynth.operator_catalog.entry import OpEntry
 from opsynth.operator_catalog.faithfulness import ops_faithful
 from opsynth.operator_catalog.registry import get
-from opsynth.operator_catalog.transformers_modules import TransformersEntry, render_transformers, transformers_task
+from opsynth.operator_catalog.transformers_modules import TransformersEntry, transformers_task
+from opsynth.operator_catalog.transformers_render import render_transformers
 from opsynth.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW
 from opsynth.workload import Workload
 

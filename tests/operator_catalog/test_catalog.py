@@ -122,7 +122,7 @@ def test_transformers_task_inlines_its_class_and_helpers():
     import random
 
     from opsynth.filters.task_loading import load_task
-    from opsynth.operator_catalog.transformers_modules import render_transformers
+    from opsynth.operator_catalog.transformers_render import render_transformers
 
     entry = get("ResNetBasicLayer")
     task = render_transformers(entry, entry.sampler(random.Random(0), WORKLOADS["tiny"]))
