@@ -28,9 +28,10 @@ from opsynth.config import (
 from opsynth.data_sources import torch_source
 from opsynth.filters.ast_similarity import best_match, brute_force, profile
 from opsynth.filters.calibration import run_calibrated
-from opsynth.filters.decontamination import fingerprint, load_reference, similarity
+from opsynth.filters.decontamination import similarity
 from opsynth.filters.execution import PHASES, device_name, execution_config
 from opsynth.filters.gpu_busy import GpuBusyMonitor
+from opsynth.filters.kernelbench_index import fingerprint, load_reference
 from opsynth.filters.shape_check import check_shapes
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.codegen import render

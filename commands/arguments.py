@@ -157,7 +157,7 @@ def default_workers(device: str, compile_check: bool) -> int:
 
 def load_kernelbench(spec: str):
     """The KernelBench reference, loaded before any work; one that cannot be read is a usage error."""
-    from opsynth.filters.decontamination import ReferenceError_, load_reference
+    from opsynth.filters.kernelbench_index import ReferenceError_, load_reference
 
     try:
         return load_reference(spec)

@@ -23,7 +23,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from opsynth.filters.decontamination import embedded_index_path
+    from opsynth.filters.kernelbench_index import embedded_index_path
 
     if args.kernelbench == "embedded":
         raise UsageError("--kernelbench: give the KernelBench Parquet file or folder (or hub) to fingerprint")

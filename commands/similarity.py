@@ -51,7 +51,8 @@ def similarity_report(
 ) -> tuple[list[dict], str]:
     """(one record per task, a one-line summary)."""
     from opsynth.commands.validation import read_tasks
-    from opsynth.filters.decontamination import TOO_DEEP, near_duplicate_reason, recorded_graphs, similarity
+    from opsynth.filters.decontamination import TOO_DEEP, near_duplicate_reason, similarity
+    from opsynth.filters.kernelbench_index import recorded_graphs
 
     tasks = read_tasks(input_path)
     graphs = recorded_graphs([source for _, source in tasks])  # task code runs in contained workers only

@@ -17,8 +17,9 @@ from typing import TypeVar
 
 from opsynth.atomic import write_text_atomic
 from opsynth.errors import UsageError
-from opsynth.filters.decontamination import KernelBenchIndex, decontaminate
+from opsynth.filters.decontamination import decontaminate
 from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.kernelbench_index import KernelBenchIndex
 from opsynth.filters.worker_process import SHAPES
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.outputs.stats import spread

@@ -26,8 +26,9 @@ from multiprocessing import get_context
 from opsynth.config import PLAN_EXECUTION_YIELD, PLAN_LONGEST_WALK, PLAN_REACH, PLAN_SAMPLE
 from opsynth.data_sources import kind
 from opsynth.errors import UsageError
-from opsynth.filters.decontamination import decontaminate, load_reference
+from opsynth.filters.decontamination import decontaminate
 from opsynth.filters.dedup import WithinSetFilter, task_key
+from opsynth.filters.kernelbench_index import load_reference
 from opsynth.operator_catalog.compose import CompositionError
 from opsynth.options import GenerateOptions, quotas
 from opsynth.pipeline.candidates import make_candidate

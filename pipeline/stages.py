@@ -27,8 +27,9 @@ from opsynth.config import (
 from opsynth.data_sources import TRANSFORMERS
 from opsynth.device_speed import DeviceSpeed
 from opsynth.filters.calibration import rescale_factor
-from opsynth.filters.decontamination import decontaminate, load_reference
+from opsynth.filters.decontamination import decontaminate
 from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.kernelbench_index import load_reference
 from opsynth.filters.worker_process import SHAPES
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.compose import CompositionError

@@ -5,13 +5,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from opsynth.filters.compute_graph import graph_similarity, operators, shared_operators
-from opsynth.filters.decontamination import (
-    decontaminate,
-    load_reference,
-    recorded_graphs,
-    similarity,
-    tasks_from_parquet,
-)
+from opsynth.filters.decontamination import decontaminate, similarity
+from opsynth.filters.kernelbench_index import load_reference, recorded_graphs, tasks_from_parquet
 from opsynth.filters.shape_check import check_shapes
 
 FOOTER = """

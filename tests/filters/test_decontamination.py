@@ -9,14 +9,13 @@ import pytest
 
 from opsynth.config import COMPOSE_ATTEMPTS, WORKLOADS
 from opsynth.filters.ast_similarity import best_match, brute_force, profile, score
-from opsynth.filters.decontamination import (
+from opsynth.filters.decontamination import decontaminate, similarity
+from opsynth.filters.kernelbench_index import (
     EMBEDDED_INDEX,
     KernelBenchIndex,
     ReferenceError_,
-    decontaminate,
     fingerprint,
     load_reference,
-    similarity,
     tasks_from_parquet,
 )
 from opsynth.operator_catalog.codegen import render
