@@ -25,6 +25,15 @@ def flatten_outputs(out: Any) -> list[torch.Tensor]:
     return []
 
 
+def to_device(value: Any, device: torch.device) -> Any:
+    """A forward's inputs or outputs on `device`: its tensors moved, in nested lists and tuples too."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, list | tuple):
+        return type(value)(to_device(v, device) for v in value)
+    return value
+
+
 def _probe(t: torch.Tensor) -> torch.Tensor | None:
     """The first PROBE_ELEMENTS elements of a large contiguous tensor, as a view; None for any other tensor."""
     return t.view(-1)[:PROBE_ELEMENTS] if t.numel() > PROBE_ELEMENTS and t.is_contiguous() else None

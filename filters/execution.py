@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from opsynth.config import TIMING
-from opsynth.filters.comparison import flatten_outputs
+from opsynth.filters.comparison import flatten_outputs, to_device
 from opsynth.filters.compiled_model import compile_check_cpu, compiled_for_timing
 from opsynth.filters.device_lock import shared_mode, yield_to_timings
 from opsynth.filters.output_checks import DrawOutputs
@@ -101,14 +101,6 @@ def execution_config(
     )
 
 
-def _to_device(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, list | tuple):
-        return type(value)(_to_device(v, device) for v in value)
-    return value
-
-
 def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -> Verdict:
     """Every execution check of one task, in-process; `WorkerPool` calls this inside its workers.
 
@@ -149,10 +141,11 @@ def check_events(measurements: dict[str, Any], window: tuple[float, float]) -> N
         _check_window({**measurements, "eager_ms": measurements["eager_event_ms"]}, window)
 
 
-def _draw(task, seed: int, i: int, device: torch.device) -> list:
+def draw_inputs(task, seed: int, i: int, device: torch.device) -> list:
+    """Input draw `i` of a task seeded by `seed`, made on `device`."""
     torch.manual_seed(seed + 1 + i)
     with torch.device(device):
-        return list(_to_device(task.get_inputs(), device))
+        return list(to_device(task.get_inputs(), device))
 
 
 def _check_window(measurements: dict[str, Any], window: tuple[float, float]) -> None:
@@ -196,7 +189,7 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
         with torch.no_grad():
             pause()
             with clock("first_forward"):
-                inputs = _draw(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
+                inputs = draw_inputs(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
                 first = flatten_outputs(model(*inputs))  # untimed: the first use of the task's memory and kernels
                 if cuda:
                     torch.cuda.synchronize()  # its device work counted here, not in the next phase
@@ -206,7 +199,7 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
                 samples = []
                 for i in range(1, cfg.num_draws):
                     pause()
-                    out, ms = timed_forward(model, _draw(task, seed, i, device), cuda)
+                    out, ms = timed_forward(model, draw_inputs(task, seed, i, device), cuda)
                     samples.append(ms)
                     if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
                         measurements["eager_ms"] = ms

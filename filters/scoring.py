@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from opsynth.filters.comparison import flatten_outputs
+from opsynth.filters.comparison import flatten_outputs, to_device
+from opsynth.filters.execution import draw_inputs
 from opsynth.filters.task_loading import load_task
 from opsynth.filters.timing import PhaseClock, device_ms, host_time_ms, profile_forwards
 
@@ -41,14 +42,6 @@ def reward(solution_ms: float, eager_ms: float | None, compile_ms: float | None)
         known = "" if compile_ms is not None else " (no torch.compile time to beat)"
         return 2, f"correct; more than 5 % faster than eager, not than torch.compile{known}"
     return 1, "correct; not more than 5 % faster than eager"
-
-
-def _on(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, list | tuple):
-        return type(value)(_on(v, device) for v in value)
-    return value
 
 
 def _timed_ms(fn, inputs: list, cuda: bool) -> float:
@@ -82,16 +75,14 @@ def reference_case(task_source: str, seed: int, device: str, measure: bool) -> t
     draws, outputs = [], []
     with torch.no_grad():
         for i in range(NUM_DRAWS):
-            torch.manual_seed(seed + 1 + i)
-            with torch.device(dev):
-                inputs = list(_on(task.get_inputs(), dev))
+            inputs = draw_inputs(task, seed, i, dev)
             outputs.append([t.detach().cpu() for t in flatten_outputs(model(*inputs))])
-            draws.append(_on(inputs, torch.device("cpu")))
+            draws.append(to_device(inputs, torch.device("cpu")))
     case = {"init_inputs": init_inputs, "weights": {k: v.cpu() for k, v in model.state_dict().items()},
             "draws": draws, "model_seed": seed}  # fmt: skip
     kept: dict[str, Any] = {"outputs": outputs}
     if measure:
-        inputs = _on(draws[0], dev)
+        inputs = to_device(draws[0], dev)
         _warmed(model, inputs, cuda)
         kept["eager_ms"] = _timed_ms(model, inputs, cuda)
         try:
@@ -169,11 +160,11 @@ def solution_run(source: str, path: str, case: dict, device: str) -> tuple[list[
         model.load_state_dict(case["weights"], strict=False)
         outputs = []
         for draw in case["draws"]:
-            out = model(*_on(draw, dev))
+            out = model(*to_device(draw, dev))
             outputs.append([t.detach().cpu() for t in flatten_outputs(out)])
         if cuda:
             torch.cuda.synchronize()
-        inputs = _on(case["draws"][0], dev)
+        inputs = to_device(case["draws"][0], dev)
         _warmed(model, inputs, cuda)
         solution_ms = _timed_ms(model, inputs, cuda)
     return outputs, solution_ms
