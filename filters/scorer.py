@@ -89,25 +89,36 @@ def _load_tensors(path: str):
     return torch.load(path, weights_only=True)
 
 
-def _compare(expected: list, got) -> str | None:
-    """Why the solution's outputs (`got`, as read from its file) are not the task's, or None where they agree."""
+def _draw_mismatch(want: list, have, label: str) -> str | None:
+    """Why the solution's outputs of one input draw (`have`, as read from its file) are not the task's (`want`)."""
     import torch
 
     from opsynth.filters.comparison import outputs_close
     from opsynth.filters.scoring import ATOL, RTOL
 
-    if not isinstance(got, list) or len(got) != len(expected):
+    if not isinstance(have, list) or not all(isinstance(t, torch.Tensor) for t in have):
+        return f"{label}: its forward returned no tensors"
+    if len(have) != len(want):
+        return f"{label}: {len(have)} output tensors, the task's {len(want)}"
+    shapes = [tuple(t.shape) for t in have], [tuple(t.shape) for t in want]
+    if shapes[0] != shapes[1]:
+        return f"{label}: output shapes {shapes[0]}, the task's {shapes[1]}"
+    if not outputs_close(want, have, ATOL, RTOL):
+        return f"{label}: outputs differ from the task's beyond atol = rtol = {ATOL:g}"
+    return None
+
+
+def _compare(expected: list, got) -> str | None:
+    """Why the solution's outputs (one list per draw, then the one after its timed forwards, see
+    scoring.solution_run) are not the task's, or None where they agree."""
+    if not isinstance(got, list) or len(got) != len(expected) + 1:
         return "its outputs are not one list per input draw"
-    for k, (want, have) in enumerate(zip(expected, got, strict=True)):
-        if not isinstance(have, list) or not all(isinstance(t, torch.Tensor) for t in have):
-            return f"draw {k + 1}: its forward returned no tensors"
-        if len(have) != len(want):
-            return f"draw {k + 1}: {len(have)} output tensors, the task's {len(want)}"
-        shapes = [tuple(t.shape) for t in have], [tuple(t.shape) for t in want]
-        if shapes[0] != shapes[1]:
-            return f"draw {k + 1}: output shapes {shapes[0]}, the task's {shapes[1]}"
-        if not outputs_close(want, have, ATOL, RTOL):
-            return f"draw {k + 1}: outputs differ from the task's beyond atol = rtol = {ATOL:g}"
+    for k, (want, have) in enumerate(zip(expected, got[:-1], strict=True)):
+        mismatch = _draw_mismatch(want, have, f"draw {k + 1}")
+        if mismatch is not None:
+            return mismatch
+    if _draw_mismatch(expected[1], got[-1], "") is not None:
+        return "after its timed forwards its output did not follow its inputs' new values (outputs kept by storage)"
     return None
 
 

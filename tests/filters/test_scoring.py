@@ -136,3 +136,18 @@ def test_a_solution_folder_builds_its_sources_and_a_build_error_is_the_solutions
     (folder / "ops.cpp").write_text(CPP_SOURCE.replace("return", "retrun"))
     broken = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
     assert broken.reward == -1 and "its sources do not build" in broken.reason and "retrun" in broken.reason
+
+
+KEEPS_OUTPUTS_BY_STORAGE = HEADER + (
+    "        if not hasattr(self, 'kept'):\n"
+    "            self.kept = {}\n"
+    "        if x.data_ptr() not in self.kept:\n"
+    f"            self.kept[x.data_ptr()] = {SAME}\n"
+    "        return self.kept[x.data_ptr()]\n"
+)
+
+
+def test_a_solution_that_keeps_outputs_by_its_inputs_storage_is_caught_after_its_timing(tmp_path):
+    """Right on every fresh draw, and near free to time (the timed forwards repeat one input)."""
+    result = _score(KEEPS_OUTPUTS_BY_STORAGE, tmp_path)
+    assert result.reward == -1 and "outputs kept by storage" in result.reason, result.reason
