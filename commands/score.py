@@ -12,8 +12,9 @@ SCORE_EXAMPLES = """examples:
   opsynth score out:3f2a9c0d1e2b4a5f solution.py --device cuda      (a row of a generated folder, by its id)
   opsynth score out/data/train-00000-of-00001.parquet:3f2a9c0d1e2b4a5f solution/ --json
   opsynth score task.py solution.py --device cpu                      (a .py task: its baselines measured now)
-A solution is a .py file defining ModelNew, or a folder holding model_new.py and the .cu/.cpp sources it
-imports as `cuda_extension` (built with torch.utils.cpp_extension; a build error scores -1)."""
+A solution is a .py file defining ModelNew (it may build the sources beside it itself, from its __file__), or
+a folder holding model_new.py (or one .py file) and .cu/.cpp sources, built with torch.utils.cpp_extension
+as the module `cuda_extension` where the solution imports that; a build error scores -1."""
 TASK_HELP = "DIR:ID (a row of a generated folder), FILE.parquet:ID (a row by its id or index), or a .py task"
 
 
@@ -84,9 +85,11 @@ def _solution(spec: str) -> tuple[str, str, str | None]:
 
     path = Path(spec)
     if path.is_dir():
-        module = path / SOLUTION_FILENAME
-        if not module.is_file():
-            raise UsageError(f"{spec}: a solution folder holds {SOLUTION_FILENAME} (defining ModelNew) and its sources")
+        modules = [path / SOLUTION_FILENAME] if (path / SOLUTION_FILENAME).is_file() else sorted(path.glob("*.py"))
+        if len(modules) != 1:
+            raise UsageError(f"{spec}: a solution folder holds {SOLUTION_FILENAME} (or one .py file) defining "
+                             "ModelNew, and its .cu/.cpp sources")  # fmt: skip
+        module = modules[0]
         return module.read_text(encoding="utf-8", errors="replace"), str(module.resolve()), str(path)
     if path.suffix != ".py" or not path.is_file():
         raise UsageError(f"{spec}: give a .py file defining ModelNew, or a folder with {SOLUTION_FILENAME}")

@@ -122,11 +122,14 @@ def functional_disabled():
             setattr(F, name, value)
 
 
-def build_extension(folder: str, build_dir: str) -> None:
-    """Compile the solution folder's .cu and .cpp sources into the module EXTENSION_NAME, importable from then
-    on (torch.utils.cpp_extension); a compiler error raises with the compiler's message."""
+def build_extension(folder: str, build_dir: str, solution: str) -> None:
+    """Where the solution imports EXTENSION_NAME: compile its folder's .cu and .cpp sources into that module,
+    importable from then on (torch.utils.cpp_extension); a compiler error raises with the compiler's message.
+    A solution that builds its sources itself (`load` or `load_inline`, paths from its `__file__`) does so."""
     from torch.utils.cpp_extension import load
 
+    if EXTENSION_NAME not in solution:
+        return
     sources = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(EXTENSION_SUFFIXES))
     if sources:
         os.makedirs(build_dir, exist_ok=True)
@@ -137,6 +140,7 @@ def build_extension(folder: str, build_dir: str) -> None:
 def _solution_module(source: str, path: str):
     spec = importlib.util.spec_from_loader("model_new", loader=None, origin=path)
     module = importlib.util.module_from_spec(spec)
+    module.__file__ = path  # a solution may find its sources beside it
     sys.modules["model_new"] = module
     exec(compile(source, path, "exec"), module.__dict__)
     model_new = module.__dict__.get("ModelNew")

@@ -43,7 +43,7 @@ def _run(folder: str, job: dict) -> None:
     stage = "build"
     try:
         if job.get("extension_dir"):
-            scoring.build_extension(job["extension_dir"], os.path.join(folder, "build"))
+            scoring.build_extension(job["extension_dir"], os.path.join(folder, "build"), job["solution"])
         stage = "run"
         case = torch.load(os.path.join(folder, CASE_FILE), weights_only=True)
         outputs, solution_ms = scoring.solution_run(job["solution"], job["solution_path"], case, job["device"])

@@ -133,7 +133,7 @@ def test_a_solution_folder_builds_its_sources_and_a_build_error_is_the_solutions
     (folder / "ops.cpp").write_text(CPP_SOURCE)
     built = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
     assert built.reward == 3, built.reason
-    (folder / "ops.cpp").write_text(CPP_SOURCE.replace("return", "retrun"))
+    (folder / "ops.cpp").write_text("retrun 0;\n" + CPP_SOURCE)  # fails before the (slow) torch headers
     broken = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
     assert broken.reward == -1 and "its sources do not build" in broken.reason and "retrun" in broken.reason
 
@@ -151,3 +151,21 @@ def test_a_solution_that_keeps_outputs_by_its_inputs_storage_is_caught_after_its
     """Right on every fresh draw, and near free to time (the timed forwards repeat one input)."""
     result = _score(KEEPS_OUTPUTS_BY_STORAGE, tmp_path)
     assert result.reward == -1 and "outputs kept by storage" in result.reason, result.reason
+
+
+BUILDS_ITS_OWN = (
+    """import os
+from torch.utils.cpp_extension import load
+
+ops = load(name="own_ops", sources=[os.path.join(os.path.dirname(__file__), "ops.cpp")], verbose=False)
+"""
+    + HEADER
+    + "        return ops.twice_relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))\n"
+)
+
+
+@pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+def test_a_solution_may_build_the_sources_beside_it_itself(tmp_path):
+    (tmp_path / "ops.cpp").write_text(CPP_SOURCE)
+    result = score(TASK, BUILDS_ITS_OWN, str(tmp_path / "model_new.py"), None, "cpu", FAR_SLOWER_BASELINES, 300)
+    assert result.reward == 3, result.reason
