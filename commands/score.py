@@ -133,7 +133,7 @@ def _score_folder(args, timeout_s: float | None) -> int:
     def one(item: tuple[int, str]) -> Score:
         i, key = item
         if key not in solutions:
-            return Score(-1, "no solution", None, *times.get(key, (None, None)), "recorded")
+            return Score(-1, "no solution", None, *times.get(key, (None, None)), "measured" if measure else "recorded")
         source, path, sources = solutions[key]
         return score(tasks[key], source, path, sources, device, None if measure else times.get(key),
                      timeout_s or TIMEOUT_S, gpus[i % len(gpus)])  # fmt: skip
