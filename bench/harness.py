@@ -18,25 +18,22 @@ import statistics
 import time
 
 from opsynth.config import (
-    CALIBRATION_MAX_FACTOR,
-    CALIBRATION_TARGET,
-    CALIBRATION_TRIES,
     COMPOSE_ATTEMPTS,
     OPS6K_MIXTURE,
     WORKLOADS,
 )
 from opsynth.data_sources import torch_source
 from opsynth.filters.ast_similarity import best_match, brute_force, profile
-from opsynth.filters.calibration import run_calibrated
 from opsynth.filters.decontamination import similarity
 from opsynth.filters.execution import PHASES, device_name, execution_config
 from opsynth.filters.gpu_busy import GpuBusyMonitor
 from opsynth.filters.kernelbench_index import fingerprint, load_reference
 from opsynth.filters.shape_check import check_shapes
-from opsynth.filters.workers import Job, WorkerPool
+from opsynth.filters.workers import WorkerPool
 from opsynth.operator_catalog.codegen import render
 from opsynth.operator_catalog.compose import compose
-from opsynth.pipeline.candidates import make_candidate, rescale_candidate
+from opsynth.pipeline.candidates import make_candidate
+from opsynth.pipeline.execution_stage import execution_job, run_candidates
 from opsynth.records import CandidateSpec, candidate_seed
 
 TARGETS = {"cpu": 200.0, "decontam": 50.0, "execute": 10.0, "gpu_busy": 0.5}
@@ -130,26 +127,14 @@ def bench_execute(
     ]
     cfg = execution_config(device, wl.runtime_window_ms, wl.timeout_s, compile_check, workers, shared_checks)
 
-    def job_of(c):
-        return Job(str(c.index), c.code, c.seed)
-
     t0 = time.perf_counter()
     with WorkerPool(cfg) as pool:
-        pool.run([job_of(c) for c in candidates[:workers]])  # start-up and first-use costs, kept out of the rate
+        pool.run([execution_job(c) for c in candidates[:workers]])  # start-up and first-use costs, not in the rate
         startup_s = time.perf_counter() - t0
         monitor = GpuBusyMonitor(period_s=0.05) if device == "cuda" else contextlib.nullcontext()
         start, started = time.perf_counter(), time.monotonic()
         with monitor:
-            results = run_calibrated(
-                pool,
-                candidates,
-                job_of,
-                lambda c, factor: rescale_candidate(c, factor, wl),
-                wl.runtime_window_ms,
-                CALIBRATION_TRIES,
-                CALIBRATION_MAX_FACTOR,
-                CALIBRATION_TARGET,
-            )
+            results = run_candidates(pool, candidates, wl, "uniform", wl.runtime_window_ms)
         wall = time.perf_counter() - start
     per_gpu = monitor.busy(started, time.monotonic()) if device == "cuda" else None
     busy = statistics.mean(per_gpu) if per_gpu else None

@@ -39,6 +39,27 @@ def execution_job(candidate: Candidate) -> Job:
     return Job(f"{candidate.data_source}/{candidate.index}", candidate.code, candidate.seed)
 
 
+def run_candidates(pool: WorkerPool, candidates: list[Candidate], workload: Workload, op_weights: str,
+                   window: tuple[float, float], on_result=None, skip=None, ahead=None) -> list[tuple]:  # fmt: skip
+    """(final candidate, its verdict, calibration steps) of each candidate run on `pool`, in order: one outside
+    `window` is rescaled toward it and run again, as `generate` does (filters.calibration.run_calibrated, whose
+    `on_result`, `skip` and `ahead` these are); one whose rescale cannot reach the window is decided unrun."""
+    return run_calibrated(
+        pool,
+        candidates,
+        job_of=execution_job,
+        rescale=lambda c, factor: rescale_candidate(c, factor, workload, op_weights),
+        window=window,
+        tries=CALIBRATION_TRIES,
+        max_factor=CALIBRATION_MAX_FACTOR,
+        target=CALIBRATION_TARGET,
+        on_result=on_result,
+        size=input_elements,
+        skip=skip,
+        ahead=ahead,
+    )
+
+
 def execution_order(candidates: list[Candidate]) -> list[Candidate]:
     """Each data source's candidates in index order, the sources interleaved, each over its EXECUTION_SPREAD
     of the list: the order in which a fill point (see `FillPoint`) is reached soon, past which the last ones
@@ -113,20 +134,9 @@ class _ExecuteBatchFn(beam.DoFn):
                 checkpoint.add(i, result)
 
             with stage_clock("execute"):
-                fresh = run_calibrated(
-                    self.pool,
-                    todo,
-                    job_of=execution_job,
-                    rescale=lambda c, factor: rescale_candidate(c, factor, self.workload, self.op_weights),
-                    window=self.config.runtime_window_ms,
-                    tries=CALIBRATION_TRIES,
-                    max_factor=CALIBRATION_MAX_FACTOR,
-                    target=CALIBRATION_TARGET,
-                    on_result=on_result,
-                    size=input_elements,
-                    skip=None if fill is None else lambda i: fill.skipped(todo[i]),
-                    ahead=ahead,
-                )
+                fresh = run_candidates(self.pool, todo, self.workload, self.op_weights, self.config.runtime_window_ms,
+                                       on_result, None if fill is None else lambda i: fill.skipped(todo[i]),
+                                       ahead)  # fmt: skip
             checkpoint.flush()
             for _, verdict, _ in fresh:  # where this run's workers' time went (not a checkpointed run's)
                 for phase, seconds in verdict.measurements.get("phase_s", {}).items():
@@ -164,29 +174,12 @@ class ExecuteCandidates(beam.PTransform):
         report: bool = True,
     ):
         super().__init__()
-        self.wanted = wanted
-        self.report = report
-        self.config = config
         self.batch_size = batch_size
-        self.workload = workload
-        self.progress_dir = progress_dir
-        self.op_weights = op_weights
-        self.pool = pool or Shared()
+        self.fn = _ExecuteBatchFn(config, workload, progress_dir, op_weights, pool or Shared(), wanted, report)
 
     def expand(self, candidates):
         return (
             candidates
             | "Batch" >> beam.BatchElements(min_batch_size=self.batch_size, max_batch_size=self.batch_size)
-            | "RunChecks"
-            >> beam.ParDo(
-                _ExecuteBatchFn(
-                    self.config,
-                    self.workload,
-                    self.progress_dir,
-                    self.op_weights,
-                    self.pool,
-                    self.wanted,
-                    self.report,
-                )
-            ).with_outputs(REJECTED, main=KEPT)
+            | "RunChecks" >> beam.ParDo(self.fn).with_outputs(REJECTED, main=KEPT)
         )
