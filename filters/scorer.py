@@ -84,6 +84,17 @@ def _side(folder: str, job: dict, timeout_s: float, gpu: int | None) -> tuple[di
     return None, f"exited with code {code}, giving no result"
 
 
+def _tail(folder: str, size: int = 1500) -> str:
+    """The end of what a side's process printed."""
+    try:
+        with open(os.path.join(folder, "stderr.txt"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def _load_tensors(path: str):
     import torch
 
@@ -157,8 +168,10 @@ def score(task: str, solution: str, solution_path: str, extension_dir: str | Non
         if result is None:
             return failed(f"the solution {why}")
         if not result.get("ok"):
-            stage = "its sources do not build" if result.get("stage") == "build" else "it raises"
-            return failed(f"{stage}: {str(result.get('error'))[-1500:]}")
+            if result.get("stage") == "build":  # with the compiler's own words, from the side's output
+                error, printed = str(result.get("error"))[-1000:], _tail(sol_dir)
+                return failed(f"its sources do not build: {error}" + ("" if printed in error else f" {printed}"))
+            return failed(f"it raises: {str(result.get('error'))[-1500:]}")
         try:
             got = _load_tensors(os.path.join(sol_dir, OUT_FILE))
         except Exception as e:

@@ -126,15 +126,39 @@ def build_extension(folder: str, build_dir: str, solution: str) -> None:
     """Where the solution imports EXTENSION_NAME: compile its folder's .cu and .cpp sources into that module,
     importable from then on (torch.utils.cpp_extension); a compiler error raises with the compiler's message.
     A solution that builds its sources itself (`load` or `load_inline`, paths from its `__file__`) does so."""
-    from torch.utils.cpp_extension import load
+    from torch.utils.cpp_extension import is_ninja_available, load
 
     if EXTENSION_NAME not in solution:
         return
     sources = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(EXTENSION_SUFFIXES))
     if sources:
         os.makedirs(build_dir, exist_ok=True)
-        module = load(name=EXTENSION_NAME, sources=sources, build_directory=build_dir, verbose=False)
+        if is_ninja_available():
+            module = load(name=EXTENSION_NAME, sources=sources, build_directory=build_dir, verbose=False)
+        else:
+            module = _built_without_ninja(sources, build_dir)
         sys.modules[EXTENSION_NAME] = module
+
+
+def _built_without_ninja(sources: list[str], build_dir: str):
+    """The extension built by setuptools, one source at a time (torch's `load` needs ninja, which a machine may
+    lack); the compiler's messages go to this process's output."""
+    import importlib.machinery
+
+    from setuptools import setup
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
+
+    kind = CUDAExtension if any(s.endswith(".cu") for s in sources) else CppExtension
+    temp = os.path.join(build_dir, "temp")
+    setup(name=EXTENSION_NAME, ext_modules=[kind(EXTENSION_NAME, sources)],
+          cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+          script_args=["-q", "build_ext", "--build-lib", build_dir, "--build-temp", temp])  # fmt: skip
+    (library,) = [f for f in os.listdir(build_dir) if f.startswith(f"{EXTENSION_NAME}.") and f.endswith(".so")]
+    loader = importlib.machinery.ExtensionFileLoader(EXTENSION_NAME, os.path.join(build_dir, library))
+    spec = importlib.util.spec_from_loader(EXTENSION_NAME, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
 
 def _solution_module(source: str, path: str):

@@ -2,7 +2,9 @@
 that try to cheat) scored on the CPU against one task. Rewards of correct solutions are asserted against
 baselines far from any machine's speed, so no test depends on how fast this machine is."""
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,3 +171,24 @@ def test_a_solution_may_build_the_sources_beside_it_itself(tmp_path):
     (tmp_path / "ops.cpp").write_text(CPP_SOURCE)
     result = score(TASK, BUILDS_ITS_OWN, str(tmp_path / "model_new.py"), None, "cpu", FAR_SLOWER_BASELINES, 300)
     assert result.reward == 3, result.reason
+
+
+@pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+def test_without_ninja_a_solution_folder_is_built_by_setuptools(tmp_path, monkeypatch):
+    """torch's `load` needs ninja, which a GPU machine may lack: the folder's sources are built all the same."""
+    tools = tmp_path / "bin"  # every program on PATH but ninja
+    tools.mkdir()
+    for folder in os.environ["PATH"].split(os.pathsep):
+        for program in Path(folder).glob("*") if Path(folder).is_dir() else []:
+            if program.name != "ninja" and not (tools / program.name).exists():
+                (tools / program.name).symlink_to(program)
+    monkeypatch.setenv("PATH", str(tools))
+    folder = tmp_path / "solution"
+    folder.mkdir()
+    (folder / "model_new.py").write_text(WITH_EXTENSION)
+    (folder / "ops.cpp").write_text(CPP_SOURCE)
+    built = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
+    assert built.reward == 3, built.reason
+    (folder / "ops.cpp").write_text("retrun 0;\n" + CPP_SOURCE)
+    broken = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
+    assert broken.reward == -1 and "its sources do not build" in broken.reason and "retrun" in broken.reason
