@@ -125,10 +125,11 @@ WITH_EXTENSION = "import cuda_extension\n" + HEADER + \
     "        return cuda_extension.twice_relu(torch.addmm(self.lin.bias, x, self.lin.weight.t()))\n"  # fmt: skip
 
 
-@pytest.mark.skipif(
-    shutil.which("ninja") is None or shutil.which("c++") is None, reason="needs ninja and a C++ compiler"
-)
-def test_a_solution_folder_builds_its_sources_and_a_build_error_is_the_solutions_fault(tmp_path):
+NEEDS_A_BUILD = pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")),
+                                   reason="needs ninja and a C++ compiler")  # fmt: skip
+
+
+def _folder_builds_and_a_broken_source_does_not(tmp_path) -> None:
     folder = tmp_path / "solution"
     folder.mkdir()
     (folder / "model_new.py").write_text(WITH_EXTENSION)
@@ -138,6 +139,11 @@ def test_a_solution_folder_builds_its_sources_and_a_build_error_is_the_solutions
     (folder / "ops.cpp").write_text("retrun 0;\n" + CPP_SOURCE)  # fails before the (slow) torch headers
     broken = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
     assert broken.reward == -1 and "its sources do not build" in broken.reason and "retrun" in broken.reason
+
+
+@NEEDS_A_BUILD
+def test_a_solution_folder_builds_its_sources_and_a_build_error_is_the_solutions_fault(tmp_path):
+    _folder_builds_and_a_broken_source_does_not(tmp_path)
 
 
 KEEPS_OUTPUTS_BY_STORAGE = HEADER + (
@@ -166,14 +172,14 @@ ops = load(name="own_ops", sources=[os.path.join(os.path.dirname(__file__), "ops
 )
 
 
-@pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+@NEEDS_A_BUILD
 def test_a_solution_may_build_the_sources_beside_it_itself(tmp_path):
     (tmp_path / "ops.cpp").write_text(CPP_SOURCE)
     result = score(TASK, BUILDS_ITS_OWN, str(tmp_path / "model_new.py"), None, "cpu", FAR_SLOWER_BASELINES, 300)
     assert result.reward == 3, result.reason
 
 
-@pytest.mark.skipif(not (shutil.which("ninja") and shutil.which("c++")), reason="needs ninja and a C++ compiler")
+@NEEDS_A_BUILD
 def test_without_ninja_a_solution_folder_is_built_by_setuptools(tmp_path, monkeypatch):
     """torch's `load` needs ninja, which a GPU machine may lack: the folder's sources are built all the same."""
     tools = tmp_path / "bin"  # every program on PATH but ninja
@@ -183,12 +189,4 @@ def test_without_ninja_a_solution_folder_is_built_by_setuptools(tmp_path, monkey
             if program.name != "ninja" and not (tools / program.name).exists():
                 (tools / program.name).symlink_to(program)
     monkeypatch.setenv("PATH", str(tools))
-    folder = tmp_path / "solution"
-    folder.mkdir()
-    (folder / "model_new.py").write_text(WITH_EXTENSION)
-    (folder / "ops.cpp").write_text(CPP_SOURCE)
-    built = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
-    assert built.reward == 3, built.reason
-    (folder / "ops.cpp").write_text("retrun 0;\n" + CPP_SOURCE)
-    broken = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
-    assert broken.reward == -1 and "its sources do not build" in broken.reason and "retrun" in broken.reason
+    _folder_builds_and_a_broken_source_does_not(tmp_path)
