@@ -7,6 +7,7 @@ from pathlib import Path
 
 from opsynth.commands.arguments import add_command, positive
 from opsynth.errors import UsageError
+from opsynth.filters.scorer import TIMEOUT_S
 
 SCORE_EXAMPLES = """examples:
   opsynth score out:3f2a9c0d1e2b4a5f solution.py --device cuda      (a row of a generated folder, by its id)
@@ -35,7 +36,8 @@ def register(sub) -> None:
         help="the eager and torch.compile times to beat: a row's recorded ones, or measured now beside the "
         "solution (default: recorded for a row on CUDA, else measure)",
     )
-    p.add_argument("--timeout-s", type=float, help="wall-clock limit of each side, a build included (default 600)")
+    p.add_argument("--timeout-s", type=float,
+                   help=f"wall-clock limit of each side, a build included (default {TIMEOUT_S:g})")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON line: reward, reason, the three times, baseline")
 
 
@@ -107,7 +109,7 @@ def _solutions(folder: Path, ids: list[str]) -> dict[str, tuple[str, str, str | 
     return found
 
 
-def _score_folder(args, timeout_s: float | None) -> int:
+def _score_folder(args, timeout_s: float) -> int:
     """Every task of a generated folder that has a solution in the solutions folder, on all GPUs at once (one
     score per GPU); a task without one scores -1. The paper's metrics at the end."""
     from concurrent.futures import ThreadPoolExecutor
@@ -115,7 +117,7 @@ def _score_folder(args, timeout_s: float | None) -> int:
     from opsynth.atomic import write_text_atomic
     from opsynth.commands.arguments import resolve_device
     from opsynth.commands.validation import read_tasks, recorded_columns
-    from opsynth.filters.scorer import TIMEOUT_S, Score, score, summary
+    from opsynth.filters.scorer import Score, score, summary
 
     if not Path(args.solution).is_dir():
         raise UsageError(f"{args.solution}: to score a generated folder give a folder of solutions (ID.py or ID/)")
@@ -136,7 +138,7 @@ def _score_folder(args, timeout_s: float | None) -> int:
             return Score(-1, "no solution", None, *times.get(key, (None, None)), "measured" if measure else "recorded")
         source, path, sources = solutions[key]
         return score(tasks[key], source, path, sources, device, None if measure else times.get(key),
-                     timeout_s or TIMEOUT_S, gpus[i % len(gpus)])  # fmt: skip
+                     timeout_s, gpus[i % len(gpus)])  # fmt: skip
 
     keys = sorted(tasks)
     with ThreadPoolExecutor(max_workers=len(gpus)) as pool:
@@ -166,7 +168,7 @@ def _baseline(asked: str | None, device: str, recorded: bool) -> str:
 
 
 def run(args) -> int:
-    timeout_s = positive("--timeout-s", args.timeout_s, float)
+    timeout_s = positive("--timeout-s", args.timeout_s, float) or TIMEOUT_S
     if Path(args.task).is_dir():
         return _score_folder(args, timeout_s)
     if args.report:
@@ -174,12 +176,12 @@ def run(args) -> int:
     task, recorded = _task(args.task)
     source, solution_path, extension_dir = _solution(args.solution)
     from opsynth.commands.arguments import resolve_device
-    from opsynth.filters.scorer import TIMEOUT_S, score
+    from opsynth.filters.scorer import score
 
     device = resolve_device(args.device)
     baseline = _baseline(args.baseline, device, recorded is not None)
     result = score(task, source, solution_path, extension_dir, device,
-                   recorded if baseline == "recorded" else None, timeout_s or TIMEOUT_S)  # fmt: skip
+                   recorded if baseline == "recorded" else None, timeout_s)  # fmt: skip
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=True))
     else:

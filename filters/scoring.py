@@ -45,19 +45,15 @@ def reward(solution_ms: float, eager_ms: float | None, compile_ms: float | None)
 
 
 def _timed_ms(fn, inputs: list, cuda: bool) -> float:
-    if cuda:
-        (prof,) = profile_forwards([(fn, "timing")], inputs, ITERS, contextlib.nullcontext(), PhaseClock())
-        return device_ms(prof, ITERS)
-    return host_time_ms(fn, inputs, WARMUP, ITERS)
-
-
-def _warmed(fn, inputs: list, cuda: bool):
+    """One forward's time after WARMUP forwards: over ITERS profiled (CUDA), or their median by the host clock."""
+    if not cuda:
+        return host_time_ms(fn, inputs, WARMUP, ITERS)
     with torch.no_grad():
         for _ in range(WARMUP):
-            out = fn(*inputs)
-        if cuda:
-            torch.cuda.synchronize()
-    return out
+            fn(*inputs)
+        torch.cuda.synchronize()
+    (prof,) = profile_forwards([(fn, "timing")], inputs, ITERS, contextlib.nullcontext(), PhaseClock())
+    return device_ms(prof, ITERS)
 
 
 def reference_case(task_source: str, seed: int, device: str, measure: bool) -> tuple[dict, dict]:
@@ -83,12 +79,9 @@ def reference_case(task_source: str, seed: int, device: str, measure: bool) -> t
     kept: dict[str, Any] = {"outputs": outputs}
     if measure:
         inputs = to_device(draws[0], dev)
-        _warmed(model, inputs, cuda)
         kept["eager_ms"] = _timed_ms(model, inputs, cuda)
         try:
-            compiled = torch.compile(model)
-            _warmed(compiled, inputs, cuda)
-            kept["compile_ms"] = _timed_ms(compiled, inputs, cuda)
+            kept["compile_ms"] = _timed_ms(torch.compile(model), inputs, cuda)
         except Exception as e:  # a task torch.compile cannot take has no compiled time to beat
             kept["compile_error"] = f"{type(e).__name__}: {e}"[:300]
     return case, kept
@@ -195,7 +188,6 @@ def solution_run(source: str, path: str, case: dict, device: str) -> tuple[list[
         if cuda:
             torch.cuda.synchronize()
         inputs = to_device(case["draws"][0], dev)
-        _warmed(model, inputs, cuda)
         solution_ms = _timed_ms(model, inputs, cuda)
         timed, second = flatten_outputs(inputs), flatten_outputs(case["draws"][1])
         if [t.shape for t in timed] == [t.shape for t in second]:
