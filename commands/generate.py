@@ -125,9 +125,12 @@ def run(args) -> int:
         return 0
     from opsynth.pipeline.display import Display, showing
     from opsynth.pipeline.run import generate
+    from opsynth.pipeline.sessions import process_started
 
     with quiet_libraries(args.verbose), showing(Display.for_terminal(options.quiet, args.verbose)) as display:
-        result = generate(options, extra if args.verbose else quiet_workers(extra), log=display.line)
+        result = generate(
+            options, extra if args.verbose else quiet_workers(extra), log=display.line, started=process_started()
+        )
     print(json.dumps(summary(result), sort_keys=True) if args.json else last_line(result))
     return 0 if result.rows == num_samples else 1
 

@@ -193,6 +193,7 @@ class WorkerPool:
         elif limits is None:
             limits = Limits(address_space_bytes=host_memory_share(cfg.workers))
         self.limits = limits
+        self.started_at = time.monotonic()  # when the pool began to start its workers
         self._gpus = self._gpu_indices()
         self._root = tempfile.mkdtemp(prefix="opsynth-workers-")
         # One lock per GPU: a task holds it while it runs on the device, so timings are not shared.

@@ -15,8 +15,10 @@ counts, and three numbers per row for the figures).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -26,7 +28,7 @@ from apache_beam.utils.shared import Shared
 from opsynth.config import MAX_IDLE_ROUNDS
 from opsynth.data_sources import kind
 from opsynth.errors import OpsynthError, UsageError
-from opsynth.filters.execution import execution_config
+from opsynth.filters.execution import ExecutionConfig, execution_config
 from opsynth.filters.gpu_busy import GpuBusyMonitor
 from opsynth.filters.workers import AHEAD_NICE, WorkerPool
 from opsynth.operator_catalog.registry import sampleable
@@ -63,7 +65,11 @@ class RunResult:
     already_complete: bool = False
 
 
-def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=print) -> RunResult:
+def generate(
+    options: GenerateOptions, beam_args: list[str] | None = None, log=print, started: float | None = None
+) -> RunResult:
+    """Make (or resume, or find finished) the dataset `options` ask for. `started`: when the user's wait began on
+    the monotonic clock (the command line's process start), where this process's session counts from."""
     beam_args = beam_args or []
     options = with_gpu_budget(options)
     out = Path(options.out)
@@ -78,21 +84,34 @@ def generate(options: GenerateOptions, beam_args: list[str] | None = None, log=p
         stats = workfiles.read_json(str(out / "stats.json"))
         if isinstance(stats, dict) and "counts" in stats:
             return RunResult(out, stats["counts"]["rows"], stats, already_complete=True)
-        # Helpers for the CPU stages' own work (pipeline.parallel), forked before any thread of this process starts.
-        helpers = helpers_for() if runs_in_this_process(beam_args) else 0
-        if helpers:
-            warm_composition([s for s, n in quota.items() if n], options.sizes, options.op_weights)
-        with (
-            parallel.helping(helpers, **reference_state(options.kernelbench)),
-            SessionClock(work_root) as session,
-        ):
-            return _generate(options, beam_args, log, quota, work_root, session)
+        execution = execution_config(
+            options.device,
+            options.runtime_window_ms,
+            options.timeout_s,
+            options.compile_check,
+            options.workers,
+            options.shared_checks,
+        )
+        here = runs_in_this_process(beam_args)
+        # The workers start first: they import torch and set up their device while this process warms up and
+        # round 0 makes its candidates. Helpers for the CPU stages' own work (pipeline.parallel) are forked
+        # after them, but before any thread of this process starts.
+        with run_pools(execution, here) as (pools, held):
+            helpers = helpers_for() if here else 0
+            if helpers:
+                warm_composition([s for s, n in quota.items() if n], options.sizes, options.op_weights)
+            with (
+                parallel.helping(helpers, **reference_state(options.kernelbench)),
+                SessionClock(work_root, t0=started) as session,
+            ):
+                return _generate(options, beam_args, log, quota, work_root, session, execution, pools, held)
 
 
 def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: float, shapes=None) -> dict:
     """This process's GPU busy fraction per GPU (NVML) from its first execution to its last, for its session
-    record, with when (seconds after the session's start `t0`) its execution workers were all up, its shape
-    check's workers (`shapes`, the pool round 0's CPU stages wait for) too, and when the first execution began;
+    record, with when (seconds after the session's start `t0`) its execution workers began to start and were all
+    up, its shape check's workers (`shapes`, the pool round 0's CPU stages wait for) too, and when the first
+    execution began;
     empty where the GPUs are not watched here (CPU runs, workers on a distributed runner's machines)."""
     if monitor is None or pool is None:
         return {}
@@ -105,6 +124,7 @@ def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: flo
         "executing_s": round(span, 1),
         "busy_fraction": monitor.busy(pool.first_handed, pool.last_done),
         "first_execution_s": round(pool.first_handed - t0, 1),
+        "workers_started_s": round(pool.started_at - t0, 1),
     }
     if pool.ready_at is not None:
         record["workers_ready_s"] = round(pool.ready_at - t0, 1)
@@ -113,31 +133,39 @@ def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: flo
     return {"gpu": record}
 
 
+@contextlib.contextmanager
+def run_pools(execution: ExecutionConfig, here: bool) -> Iterator[tuple[Pools, list[WorkerPool]]]:
+    """The run's worker pools, shared by its rounds' stages in each process that runs them; where those run in
+    this process (`here`), the execution's and the shape check's workers start now, the execution's at a lower
+    priority while they start (the CPU stages before round 0 are what its first execution waits for), and are
+    held until the run ends (Beam's Shared keeps only the last object acquired in a process alive): yields
+    the handles and the pools held here, the execution's first."""
+    pools = Pools(Shared(), Shared(), shape_check_config(execution, shape_workers() if here else 1))
+    held: list[WorkerPool] = []
+    try:
+        if here:
+            held.append(pools.execution.acquire(lambda: WorkerPool(execution, start_nice=AHEAD_NICE), tag=execution))
+            held.append(pools.shapes.acquire(lambda: WorkerPool(pools.shape_config), tag=pools.shape_config))
+        yield pools, held
+    finally:
+        for pool in held:
+            pool.close()
+
+
 def _generate(
-    options: GenerateOptions, beam_args: list[str], log, quota: dict[str, int], work_root: str, session: SessionClock
+    options: GenerateOptions,
+    beam_args: list[str],
+    log,
+    quota: dict[str, int],
+    work_root: str,
+    session: SessionClock,
+    execution: ExecutionConfig,
+    pools: Pools,
+    held: list[WorkerPool],
 ) -> RunResult:
-    execution = execution_config(
-        options.device,
-        options.runtime_window_ms,
-        options.timeout_s,
-        options.compile_check,
-        options.workers,
-        options.shared_checks,
-    )
     state = RunState(Selector(quota))
     selector = state.selector
     started = time.monotonic()
-    # The rounds' stages share their workers (in each process that runs them).
-    shapes = shape_check_config(execution, shape_workers() if runs_in_this_process(beam_args) else 1)
-    pools = Pools(Shared(), Shared(), shapes)
-    held: list[WorkerPool] = []
-    if runs_in_this_process(beam_args):
-        # Start the workers now: they import torch and set up the device while round 0 composes its candidates,
-        # at a lower priority while they start, since those CPU stages are what the first execution waits for.
-        # Held here for the whole run: Beam's Shared keeps only the last object acquired in a process alive.
-        shape_pool = pools.shapes.acquire(lambda: WorkerPool(shapes), tag=shapes)
-        execution_pool = pools.execution.acquire(lambda: WorkerPool(execution, start_nice=AHEAD_NICE), tag=execution)
-        held = [execution_pool, shape_pool]
     monitor = GpuBusyMonitor().__enter__() if execution.device == "cuda" else None
     session.extra = lambda: _gpu_record(monitor, held[0] if held else None, session.t0, held[1] if held else None)
     beside: Beside | None = None  # the next round, its CPU stages run beside this one's execution
@@ -189,8 +217,6 @@ def _generate(
     finally:
         if monitor is not None:
             monitor.__exit__(None, None, None)
-        for pool in held:
-            pool.close()
     short = selector.missing()
     if short:
         reasons = ", ".join(f"{reason} {n}" for (_, reason), n in state.dropped.most_common(3))

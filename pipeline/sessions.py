@@ -3,7 +3,8 @@ machine) spends the sum of them, which no single process sees.
 
 Each `generate` process writes its own file under the work folder, `sessions/<start>-<pid>.json`, when it starts
 and again every `SESSION_TICK_S` from a background thread, so a process killed outright leaves its time to within
-that tick. `stats.json` lists them and their sum.
+that tick. `stats.json` lists them and their sum. A session of the command line counts from its process's start
+(`process_started`): its imports and start-up are time its user waits too.
 """
 
 from __future__ import annotations
@@ -22,14 +23,28 @@ SESSIONS_DIR = "sessions"
 SESSION_TICK_S = 10.0
 
 
-class SessionClock:
-    """Records this process's wall time on the run in `work_root`; a context manager."""
+def process_started() -> float:
+    """When this process started, on the monotonic clock: its age from /proc (Linux), else now."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start, in clock ticks after boot
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()
+    return time.monotonic() - max(0.0, age)
 
-    def __init__(self, work_root: str, tick_s: float = SESSION_TICK_S):
+
+class SessionClock:
+    """Records this process's wall time on the run in `work_root`, from `t0` (monotonic; default now); a
+    context manager."""
+
+    def __init__(self, work_root: str, tick_s: float = SESSION_TICK_S, t0: float | None = None):
         self.extra: Callable[[], dict] | None = None  # more of this process's record, written with its time
         self.folder = workfiles.join(work_root, SESSIONS_DIR)
-        self.started = datetime.now(UTC)
-        self.t0 = time.monotonic()  # the session's start on the monotonic clock
+        self.t0 = time.monotonic() if t0 is None else min(t0, time.monotonic())  # the session's start
+        self.started = datetime.fromtimestamp(time.time() - self.elapsed(), UTC)
         self.path = workfiles.join(self.folder, f"{self.started.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json")
         self._tick_s = tick_s
         self._stop = threading.Event()
