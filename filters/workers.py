@@ -170,10 +170,14 @@ class _Worker:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def _shut_down(workers: list[_Worker], root: str) -> None:
+def _ask_to_exit(workers: list[_Worker]) -> None:
     for w in workers:
         with contextlib.suppress(BrokenPipeError, OSError):
             w.conn.send(None)
+
+
+def _shut_down(workers: list[_Worker], root: str) -> None:
+    _ask_to_exit(workers)
     for w in workers:
         with contextlib.suppress(subprocess.TimeoutExpired):
             w.process.wait(timeout=5)
@@ -408,6 +412,15 @@ class WorkerPool:
         working = w.working()
         self._replace(slot)
         return (w.job, Verdict(CRASH, why)) if working else None
+
+    def worker_pids(self) -> list[int]:
+        """The process ids of the workers now in the pool."""
+        return [w.process.pid for w in self._workers]
+
+    def retire(self) -> None:
+        """Ask every worker to exit, without waiting for it (its device context's teardown takes a while):
+        `close` then finds them gone. The pool runs nothing more."""
+        _ask_to_exit(self._workers)
 
     def close(self) -> None:
         self._finalizer()

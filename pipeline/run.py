@@ -212,8 +212,12 @@ def _generate(
             state.close_round(inputs, new_accepted, new_rejected, resumed, asked, t0, log)
             del new_accepted, new_rejected
         shown.rows(selector.rows.total(), selector.quota_total())
+        if held:
+            held[0].retire()  # the execution's workers end while the dataset is written
         if beside is not None:
             beside.wait(lambda *_: None)  # a round prepared ahead but not needed: done before its pools close
+        for pool in held[1:]:
+            pool.retire()
     finally:
         if monitor is not None:
             monitor.__exit__(None, None, None)

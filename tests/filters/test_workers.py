@@ -44,6 +44,29 @@ def test_workers_retire_after_many_tasks(monkeypatch):
 
 
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="Linux only")
+def test_a_retired_pool_s_workers_exit_by_themselves_before_it_is_closed():
+    import time
+    from pathlib import Path
+
+    def exited(pid: int) -> bool:  # gone, or a zombie its parent has not waited for yet
+        stat = Path(f"/proc/{pid}/stat")
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    with WorkerPool(CPU) as pool:
+        assert pool.run([Job("good", fixtures.GOOD, 1)])[0].kept
+        pids = pool.worker_pids()
+        assert pids and not any(exited(pid) for pid in pids)
+        pool.retire()
+        deadline = time.monotonic() + 120
+        while not all(exited(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(exited(pid) for pid in pids)
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="Linux only")
 def test_the_pool_knows_what_its_workers_enforce():
     with WorkerPool(CPU) as pool:
         pool.wait_ready()
