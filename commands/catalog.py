@@ -41,7 +41,9 @@ def run(args) -> int:
     entries = all_entries()
     if args.action == "check":
         from opsynth.commands.catalog_check import check_entry
+        from opsynth.filters.worker_process import quiet_library_notices
 
+        quiet_library_notices()  # the meta checks here build transformers modules standalone, as tasks do
         failures = 0
         for entry in entries:
             if entry.excluded:
@@ -81,26 +83,28 @@ def run(args) -> int:
 
 
 def _execute_catalog(entries, device: str, compile_check: bool) -> int:
-    """Run every entry's task through the execution filters (tiny on the CPU, gpu on CUDA); the number that
-    fail. In this process, one task at a time: a task that crashes the process stops the check."""
-    from opsynth.commands.catalog_check import execute_entry
+    """Run every entry's task through the execution filters (tiny on the CPU, gpu on CUDA) in contained workers,
+    as `generate` runs its candidates (a task that crashes costs its own try); the number that fail."""
+    from opsynth.commands.arguments import default_workers
+    from opsynth.commands.catalog_check import execute_entries
     from opsynth.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TARGET, CALIBRATION_TRIES
     from opsynth.filters.execution import execution_config
+    from opsynth.filters.workers import WorkerPool
 
     workload = WORKLOADS["gpu" if device == "cuda" else "tiny"]
-    config = execution_config(device, workload.runtime_window_ms, workload.timeout_s, compile_check, 1)
+    workers = default_workers(device, compile_check)
+    config = execution_config(device, workload.runtime_window_ms, workload.timeout_s, compile_check, workers)
+    checked = [e for e in entries if not e.excluded]
+    with WorkerPool(config) as pool:
+        errors = execute_entries(checked, workload, pool, CALIBRATION_TRIES, CALIBRATION_MAX_FACTOR,
+                                 target=CALIBRATION_TARGET)  # fmt: skip
     failures = 0
-    for entry in entries:
-        if not entry.excluded:
-            error = execute_entry(
-                entry, workload, config, CALIBRATION_TRIES, CALIBRATION_MAX_FACTOR, target=CALIBRATION_TARGET
-            )
-            if error:
-                failures += 1
-                print(f"FAIL {entry.name} [executed]: {error}")
-    checked = sum(1 for e in entries if not e.excluded)
+    for entry in checked:
+        if errors[entry.name]:
+            failures += 1
+            print(f"FAIL {entry.name} [executed]: {errors[entry.name]}")
+    compiled = "on" if compile_check else "off"
     print(
-        f"{checked} entries executed on {device} ({workload.name}, compile check {'on' if compile_check else 'off'}): "
-        f"{failures} failures"
+        f"{len(checked)} entries executed on {device} ({workload.name}, compile check {compiled}): {failures} failures"
     )
     return failures

@@ -1,5 +1,5 @@
 """`opsynth catalog check`: build and run every entry on the meta device, in every workload; with `--execute`,
-also run each entry's one-operator task through the execution filters on the CPU.
+also run each entry's one-operator task through the execution filters, in contained workers.
 
 An entry passes when, among a few seeded tries, its sampled call composes and the rendered one-op task
 loads and runs forward on meta (and, executed, passes every check); the failure of an entry says why.
@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import random
 import zlib
+from dataclasses import dataclass
+from functools import partial
 
-from opsynth.filters.calibration import rescale_factor
-from opsynth.filters.execution import ExecutionConfig, run_checks
+from opsynth.filters.calibration import run_calibrated
 from opsynth.filters.shape_check import check_shapes
+from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.codegen import render
 from opsynth.operator_catalog.compose import CHAIN_ERRORS, chain
-from opsynth.operator_catalog.entry import OpEntry
+from opsynth.operator_catalog.entry import OpEntry, RenderedTask
 from opsynth.operator_catalog.faithfulness import ops_faithful
 from opsynth.operator_catalog.registry import get
 from opsynth.operator_catalog.transformers_modules import TransformersEntry, transformers_task
 from opsynth.operator_catalog.transformers_render import render_transformers
-from opsynth.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW
 from opsynth.workload import Workload
 
 TRIES = 12
@@ -65,39 +66,68 @@ def _task(entry: OpEntry | TransformersEntry, seed: int, workload: Workload, bat
         return f"{type(e).__name__}: {e}"
 
 
-def execute_entry(
-    entry: OpEntry | TransformersEntry,
+@dataclass(frozen=True)
+class _EntryTask:
+    """One try at an entry's task: the entry, its seed, whether after PARTNER, its batch scale and the task."""
+
+    entry: OpEntry | TransformersEntry
+    seed: int
+    attempt: int
+    partner: bool
+    scale: float
+    task: RenderedTask
+
+
+def _rescaled(item: _EntryTask, factor: float, workload: Workload) -> _EntryTask | None:
+    scale = item.scale * factor
+    task = _task(item.entry, item.seed, workload, scale, item.partner)
+    return None if isinstance(task, str) else _EntryTask(item.entry, item.seed, item.attempt, item.partner, scale, task)
+
+
+def execute_entries(
+    entries: list[OpEntry | TransformersEntry],
     workload: Workload,
-    config: ExecutionConfig,
+    pool: WorkerPool,
     calibration_steps: int,
     max_factor: float,
     tries: int = 8,
     target: float = 0.5,
-) -> str | None:
-    """None when a task with the entry passes the shape check and every execution check of `config` (in this
-    process), its batch calibrated into the runtime window as `generate` does; else why the tries failed.
+) -> dict[str, str | None]:
+    """Per entry name: None when a task with the entry passes every execution check of `pool`'s workers, its
+    batch calibrated into the runtime window as `generate` does; else why its tries failed.
 
-    The entry is tried alone first; an operator too cheap to reach the window at any batch the workload allows
-    (a view, an identity) is then tried after a linear layer, as it would occur in a generated chain."""
-    reasons: list[str] = []
-    base = zlib.crc32(f"{entry.name}/{workload.name}/execute".encode())
+    An entry is tried alone first; an operator too cheap to reach the window at any batch the workload allows
+    (a view, an identity) is then tried after a linear layer, as it would occur in a generated chain. Each try
+    runs all entries still failing at once, over the pool's workers."""
+    reasons: dict[str, list[str]] = {e.name: [] for e in entries}
+    passed: set[str] = set()
     for attempt in range(2 * tries):
         partner = attempt >= tries
-        if partner and (isinstance(entry, TransformersEntry) or entry.name == PARTNER):
-            break
-        scale = 1.0
-        for step in range(calibration_steps + 1):
-            task = _task(entry, base + attempt, workload, scale, partner)
+        items = []
+        for entry in entries:
+            if entry.name in passed or (partner and (isinstance(entry, TransformersEntry) or entry.name == PARTNER)):
+                continue
+            seed = zlib.crc32(f"{entry.name}/{workload.name}/execute".encode()) + attempt
+            task = _task(entry, seed, workload, 1.0, partner)
             if isinstance(task, str):
-                reasons.append(task)
-                break
-            verdict = check_shapes(task.source)
+                reasons[entry.name].append(task)
+            else:
+                items.append(_EntryTask(entry, seed, attempt, partner, 1.0, task))
+        if not items:
+            break
+        results = run_calibrated(
+            pool,
+            items,
+            job_of=lambda item: Job(item.entry.name, item.task.source, item.attempt),
+            rescale=partial(_rescaled, workload=workload),
+            window=pool.cfg.runtime_window_ms,
+            tries=calibration_steps,
+            max_factor=max_factor,
+            target=target,
+        )
+        for item, verdict, _ in results:
             if verdict.kept:
-                verdict = run_checks(task.source, attempt, config)
-            if verdict.kept:
-                return None
-            if verdict.reason not in (RUNTIME_BELOW_WINDOW, RUNTIME_ABOVE_WINDOW) or step == calibration_steps:
-                reasons.append(f"{verdict.reason}: {verdict.detail}")
-                break
-            scale *= rescale_factor(verdict.measurements["eager_ms"], config.runtime_window_ms, max_factor, target)
-    return "; ".join(sorted(set(reasons)))[:500]
+                passed.add(item.entry.name)
+            else:
+                reasons[item.entry.name].append(f"{verdict.reason}: {verdict.detail}")
+    return {name: None if name in passed else "; ".join(sorted(set(why)))[:500] for name, why in reasons.items()}
