@@ -3,8 +3,9 @@ machine) spends the sum of them, which no single process sees.
 
 Each `generate` process writes its own file under the work folder, `sessions/<start>-<pid>.json`, when it starts
 and again every `SESSION_TICK_S` from a background thread, so a process killed outright leaves its time to within
-that tick. `stats.json` lists them and their sum. A session of the command line counts from its process's start
-(`process_started`): its imports and start-up are time its user waits too.
+that tick, with the process's peak resident memory so far. `stats.json` lists them and their sum. A session of the
+command line counts from its process's start (`process_started`): its imports and start-up are time its user
+waits too.
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ def process_started() -> float:
     return time.monotonic() - max(0.0, age)
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far (its children not counted), in MiB."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
+
+
 class SessionClock:
     """Records this process's wall time on the run in `work_root`, from `t0` (monotonic; default now); a
     context manager."""
@@ -54,7 +64,11 @@ class SessionClock:
         return time.monotonic() - self.t0
 
     def write(self, finished: bool = False) -> None:
-        record = {"started": self.started.isoformat(timespec="seconds"), "wall_s": round(self.elapsed(), 1)}
+        record = {
+            "started": self.started.isoformat(timespec="seconds"),
+            "wall_s": round(self.elapsed(), 1),
+            "peak_rss_mib": peak_rss_mib(),
+        }
         if self.extra is not None:
             record.update(self.extra())
         workfiles.write_text(self.path, json.dumps({**record, "finished": finished}, sort_keys=True))

@@ -25,6 +25,7 @@ def test_a_process_records_its_time_as_it_goes_and_when_it_ends(tmp_path):
         time.sleep(0.2)
     (record,) = read_sessions(str(tmp_path))
     assert record["finished"] is True and record["wall_s"] >= 0.3
+    assert record["peak_rss_mib"] >= 10  # this Python process, with pytest and torch loaded
 
 
 def test_a_session_counts_from_the_start_it_is_given(tmp_path):
