@@ -11,14 +11,7 @@ GPU waits for it meanwhile.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,18 +19,27 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 
-from opsynth.filters.containment import Limits, PidsCgroup, host_memory_share, python_path, task_environment
-from opsynth.filters.device_lock import DeviceLock, clear_watch, open_watch
+from opsynth.filters.containment import Limits, host_memory_share
+from opsynth.filters.device_lock import DeviceLock
 from opsynth.filters.execution import ExecutionConfig
-from opsynth.filters.process_time import cpu_seconds, only_child
+from opsynth.filters.process_time import only_child
 from opsynth.filters.worker_budgets import hold_limit_s, overdue, task_threads
-from opsynth.filters.worker_process import EXECUTE, Cage, WorkerSetup
+from opsynth.filters.worker_handle import (
+    MAX_MESSAGE_BYTES,
+    STARTUP_TIMEOUT_S,
+    Job,
+    WorkerHandle,
+    ask_to_exit,
+    describe_exit,
+    read_message,
+    reported_time,
+    shut_down,
+)
+from opsynth.filters.worker_process import Cage
 from opsynth.reasons import CRASH, TIMEOUT, Verdict
 
-STARTUP_TIMEOUT_S = 300.0  # importing torch, creating a CUDA context and a first compile, once per worker
 SHARED_SLOTS = 3  # tasks whose checks may run on one GPU at once (`--exclusive-checks`: one)
 POLL_S = 0.25  # how often the pool looks at its busy workers' device holds and waits
 RECYCLE_JOBS = 1000  # a worker retires after this many tasks
@@ -46,143 +48,6 @@ CUDA_WORKER_MEMORY_FLOOR = 8 << 30  # host memory a CUDA worker may always use (
 # Niceness of execution workers started ahead of the work they wait for (the first round's CPU stages, which
 # need the cores more meanwhile), given back once each is up where the process may raise its priority again.
 AHEAD_NICE = 10
-MAX_MESSAGE_BYTES = 1 << 20  # a worker's message, larger than any verdict; more is a broken worker
-
-
-@dataclass(frozen=True)
-class Job:
-    key: str  # identifies the task in results and logs
-    source: str  # the task program
-    seed: int  # seeds the model's parameters and the input draws
-    check: str = EXECUTE  # EXECUTE (every execution check) or SHAPES (loading and the shape check on meta)
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"worker killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"worker killed by signal {-code}"
-    return f"worker exited with code {code}"
-
-
-def _message(payload: bytes) -> dict:
-    """A worker's message, checked: a worker runs task code, so what it sends is data, never trusted."""
-    message = json.loads(payload)
-    if not isinstance(message, dict) or message.get("kind") not in ("ready", "done"):
-        raise ValueError("not a worker message")
-    if message["kind"] == "ready" and not isinstance(message.get("containment"), dict):
-        raise ValueError("not a ready message")
-    if message["kind"] == "done":
-        verdict = message.get("verdict")
-        if not isinstance(verdict, dict) or set(verdict) != {"reason", "detail", "measurements"}:
-            raise ValueError("not a verdict")
-        if not isinstance(verdict["detail"], str) or not isinstance(verdict["measurements"], dict):
-            raise ValueError("not a verdict")
-        message["verdict"] = Verdict(**verdict)  # an unknown reason raises ValueError
-    return message
-
-
-def reported_time(value, earliest: float, latest: float) -> float:
-    """A time a worker reported (the system's monotonic clock, shared by its processes), kept within what the pool
-    saw: the worker runs task code, so the value is only a hint."""
-    return min(max(value, earliest), latest) if isinstance(value, int | float) and math.isfinite(value) else latest
-
-
-class _Worker:
-    """The pool's handle on one worker process, its socket, its scratch folder and its watch."""
-
-    def __init__(self, root: str, cage: Cage, setup: dict, name: str):
-        self.scratch = tempfile.mkdtemp(prefix=f"{name}-", dir=root)
-        watch_path = os.path.join(self.scratch, ".watch")
-        self.watch = open_watch(watch_path)
-        ours, theirs = socket.socketpair()
-        self.cgroup = PidsCgroup.create(f"opsynth-{os.getpid()}-{name}", cage.limits.processes)
-        env = task_environment(os.environ, self.scratch, python_path())
-        if setup["config"].device != "cuda":
-            # A CPU worker (the shape check's on the meta device, a CPU run's) sees no GPU: no library it imports
-            # sets up the CUDA driver, which on one H200's host made its start-up and first transformers task
-            # take seconds longer while the execution workers created their contexts.
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        with theirs:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "opsynth.filters.worker_process", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                env=env,
-                cwd=self.scratch,
-                stdin=subprocess.DEVNULL,
-                stdout=sys.__stderr__.fileno() if sys.__stderr__ else subprocess.DEVNULL,  # keep stdout for results
-                start_new_session=True,  # its own process group, away from the terminal's Ctrl-C
-            )
-        self.conn = Connection(ours.detach())
-        if self.cgroup is not None and not self.cgroup.add(self.process.pid):
-            self.cgroup.kill()
-            self.cgroup = None
-        self.conn.send(cage)
-        self.conn.send(WorkerSetup(watch_path=watch_path, scratch=self.scratch, **setup))
-        self.ready = False
-        self.ready_at: float | None = None  # when it said it was up, which the pool reads only once it looks
-        self.job: int | None = None  # the index of the job in hand
-        self.ahead: Job | None = None  # or the job in hand, started ahead of the run it belongs to
-        self.started = time.monotonic()  # when the job in hand was handed over
-        self.deadline = self.started + STARTUP_TIMEOUT_S  # to start
-        self.task_pid: int | None = None  # the process that runs its tasks (the child of `process`), once up
-        self.cpu_at_hand: float | None = None  # that process's CPU time when the job in hand was handed over
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def hand(self, index: int | None, job: Job) -> None:
-        """Give the worker job `index` of the run in hand, or (`index` None) a job started ahead of its run
-        (raises BrokenPipeError or OSError where it has died)."""
-        clear_watch(self.watch)  # the worker is idle: nothing else writes it now
-        self.cpu_at_hand = None if self.task_pid is None else cpu_seconds(self.task_pid)
-        self.conn.send(job)
-        self.started = time.monotonic()
-        if index is None:
-            self.ahead = job
-        else:
-            self.job = index
-
-    def idle(self) -> bool:
-        return self.ready and self.job is None and self.ahead is None
-
-    def working(self) -> bool:
-        return self.job is not None or self.ahead is not None
-
-    def cpu_spent(self) -> float | None:
-        """The CPU time its task process took since the job in hand was handed over; None where unknown."""
-        now = None if self.cpu_at_hand is None else cpu_seconds(self.task_pid)
-        return None if now is None else now - self.cpu_at_hand
-
-    def kill(self) -> None:
-        """Kill the worker and everything it started, and remove its scratch folder."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
-        if self.cgroup is not None:
-            self.cgroup.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=10)
-        self.conn.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-def _ask_to_exit(workers: list[_Worker]) -> None:
-    for w in workers:
-        with contextlib.suppress(BrokenPipeError, OSError):
-            w.conn.send(None)
-
-
-def _shut_down(workers: list[_Worker], root: str) -> None:
-    _ask_to_exit(workers)
-    for w in workers:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            w.process.wait(timeout=5)
-        w.kill()
-    shutil.rmtree(root, ignore_errors=True)
 
 
 class WorkerPool:
@@ -221,7 +86,7 @@ class WorkerPool:
         self._ahead: dict[Job, Verdict | None] = {}
         self._run_lock = threading.Lock()  # threads of one process (Beam's multi_threading mode) take turns
         # A pool shared across pipelines (see ExecuteCandidates) is closed when the last reference goes, or at exit.
-        self._finalizer = weakref.finalize(self, _shut_down, self._workers, self._root)
+        self._finalizer = weakref.finalize(self, shut_down, self._workers, self._root)
 
     def _gpu_indices(self) -> list[int | None]:
         if self.cfg.device != "cuda":
@@ -230,7 +95,7 @@ class WorkerPool:
 
         return list(range(torch.cuda.device_count())) or [0]
 
-    def _spawn(self, slot: int) -> _Worker:
+    def _spawn(self, slot: int) -> WorkerHandle:
         gpu = self._gpus[slot % len(self._gpus)]
         self._spawned += 1
         setup = {
@@ -241,7 +106,7 @@ class WorkerPool:
             "recycle_growth_bytes": RECYCLE_GROWTH_BYTES,
             "start_nice": self.start_nice,
         }
-        return _Worker(self._root, self._cage, setup, f"w{self._spawned}")
+        return WorkerHandle(self._root, self._cage, setup, f"w{self._spawned}")
 
     def _replace(self, slot: int) -> None:
         self._workers[slot].kill()
@@ -353,7 +218,7 @@ class WorkerPool:
                         finish(*done)
         return [r if r is not None else Verdict(CRASH, "no verdict") for r in results]
 
-    def _collect(self, slot: int, w: _Worker, now: float) -> tuple[int | None, Verdict] | None:
+    def _collect(self, slot: int, w: WorkerHandle, now: float) -> tuple[int | None, Verdict] | None:
         """(job index, verdict) where worker `slot` finished, crashed or timed out on its job (index None: on
         a job started ahead); else None."""
         try:
@@ -364,7 +229,7 @@ class WorkerPool:
             return self._lost(slot, w, "the worker sent an unreadable message")
         if payload is not None:
             try:
-                message = _message(payload)
+                message = read_message(payload)
             except (ValueError, TypeError):
                 return self._lost(slot, w, "the worker sent an unreadable message")
             if message["kind"] == "ready":
@@ -383,7 +248,7 @@ class WorkerPool:
         if not w.alive():
             if not w.working() and not w.ready:
                 return self._failed_to_start(slot, w)
-            return self._lost(slot, w, _describe_exit(w.process.returncode))
+            return self._lost(slot, w, describe_exit(w.process.returncode))
         if w.working():
             # its CPU time read only once the clock says it may be due
             cpu = w.cpu_spent() if now - w.started >= self.cfg.timeout_s else None
@@ -396,10 +261,10 @@ class WorkerPool:
             raise RuntimeError(f"an execution worker did not start within {STARTUP_TIMEOUT_S:g} s")
         return None
 
-    def _failed_to_start(self, slot: int, w: _Worker) -> None:
+    def _failed_to_start(self, slot: int, w: WorkerHandle) -> None:
         """A worker died before it was ready: where it ran in namespaces of its own, which some drivers refuse (a
         CUDA driver that cannot see itself), the pool's workers run without them from now on; else it is fatal."""
-        why = _describe_exit(w.process.returncode)
+        why = describe_exit(w.process.returncode)
         if not self._cage.namespaces:
             raise RuntimeError(f"an execution worker failed to start ({why})")
         print(f"opsynth: a worker failed to start in namespaces of its own ({why}); workers run without them",
@@ -407,7 +272,7 @@ class WorkerPool:
         self._cage = Cage(self.limits, namespaces=False)
         self._replace(slot)
 
-    def _lost(self, slot: int, w: _Worker, why: str) -> tuple[int | None, Verdict] | None:
+    def _lost(self, slot: int, w: WorkerHandle, why: str) -> tuple[int | None, Verdict] | None:
         """Worker `slot` died or broke: replaced; its job, if it had one, is a crash."""
         working = w.working()
         self._replace(slot)
@@ -420,7 +285,7 @@ class WorkerPool:
     def retire(self) -> None:
         """Ask every worker to exit, without waiting for it (its device context's teardown takes a while):
         `close` then finds them gone. The pool runs nothing more."""
-        _ask_to_exit(self._workers)
+        ask_to_exit(self._workers)
 
     def close(self) -> None:
         self._finalizer()

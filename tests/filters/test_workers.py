@@ -76,7 +76,7 @@ def test_the_pool_knows_what_its_workers_enforce():
 
 
 def test_a_time_a_worker_reports_is_kept_within_what_the_pool_saw():
-    from opsynth.filters.workers import reported_time as reported
+    from opsynth.filters.worker_handle import reported_time as reported
 
     assert reported(5.0, 1.0, 9.0) == 5.0
     assert reported(-1e9, 1.0, 9.0) == 1.0 and reported(1e9, 1.0, 9.0) == 9.0

@@ -1,0 +1,165 @@
+"""The pool's side of one contained worker process (filters.worker_process): how it is started, handed a job,
+read from and killed, and how a pool's workers are shut down. What a worker sends is data from a process that
+runs task code: read with a size limit and checked, never trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from opsynth.filters.containment import PidsCgroup, python_path, task_environment
+from opsynth.filters.device_lock import clear_watch, open_watch
+from opsynth.filters.process_time import cpu_seconds
+from opsynth.filters.worker_process import EXECUTE, Cage, WorkerSetup
+from opsynth.reasons import Verdict
+
+STARTUP_TIMEOUT_S = 300.0  # importing torch, creating a CUDA context and a first compile, once per worker
+MAX_MESSAGE_BYTES = 1 << 20  # a worker's message, larger than any verdict; more is a broken worker
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str  # identifies the task in results and logs
+    source: str  # the task program
+    seed: int  # seeds the model's parameters and the input draws
+    check: str = EXECUTE  # EXECUTE (every execution check) or SHAPES (loading and the shape check on meta)
+
+
+def describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"worker killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code}"
+
+
+def read_message(payload: bytes) -> dict:
+    """A worker's message, checked: a worker runs task code, so what it sends is data, never trusted."""
+    message = json.loads(payload)
+    if not isinstance(message, dict) or message.get("kind") not in ("ready", "done"):
+        raise ValueError("not a worker message")
+    if message["kind"] == "ready" and not isinstance(message.get("containment"), dict):
+        raise ValueError("not a ready message")
+    if message["kind"] == "done":
+        verdict = message.get("verdict")
+        if not isinstance(verdict, dict) or set(verdict) != {"reason", "detail", "measurements"}:
+            raise ValueError("not a verdict")
+        if not isinstance(verdict["detail"], str) or not isinstance(verdict["measurements"], dict):
+            raise ValueError("not a verdict")
+        message["verdict"] = Verdict(**verdict)  # an unknown reason raises ValueError
+    return message
+
+
+def reported_time(value, earliest: float, latest: float) -> float:
+    """A time a worker reported (the system's monotonic clock, shared by its processes), kept within what the pool
+    saw: the worker runs task code, so the value is only a hint."""
+    return min(max(value, earliest), latest) if isinstance(value, int | float) and math.isfinite(value) else latest
+
+
+class WorkerHandle:
+    """The pool's handle on one worker process, its socket, its scratch folder and its watch."""
+
+    def __init__(self, root: str, cage: Cage, setup: dict, name: str):
+        self.scratch = tempfile.mkdtemp(prefix=f"{name}-", dir=root)
+        watch_path = os.path.join(self.scratch, ".watch")
+        self.watch = open_watch(watch_path)
+        ours, theirs = socket.socketpair()
+        self.cgroup = PidsCgroup.create(f"opsynth-{os.getpid()}-{name}", cage.limits.processes)
+        env = task_environment(os.environ, self.scratch, python_path())
+        if setup["config"].device != "cuda":
+            # A CPU worker (the shape check's on the meta device, a CPU run's) sees no GPU: no library it imports
+            # sets up the CUDA driver, which on one H200's host made its start-up and first transformers task
+            # take seconds longer while the execution workers created their contexts.
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "opsynth.filters.worker_process", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=env,
+                cwd=self.scratch,
+                stdin=subprocess.DEVNULL,
+                stdout=sys.__stderr__.fileno() if sys.__stderr__ else subprocess.DEVNULL,  # keep stdout for results
+                start_new_session=True,  # its own process group, away from the terminal's Ctrl-C
+            )
+        self.conn = Connection(ours.detach())
+        if self.cgroup is not None and not self.cgroup.add(self.process.pid):
+            self.cgroup.kill()
+            self.cgroup = None
+        self.conn.send(cage)
+        self.conn.send(WorkerSetup(watch_path=watch_path, scratch=self.scratch, **setup))
+        self.ready = False
+        self.ready_at: float | None = None  # when it said it was up, which the pool reads only once it looks
+        self.job: int | None = None  # the index of the job in hand
+        self.ahead: Job | None = None  # or the job in hand, started ahead of the run it belongs to
+        self.started = time.monotonic()  # when the job in hand was handed over
+        self.deadline = self.started + STARTUP_TIMEOUT_S  # to start
+        self.task_pid: int | None = None  # the process that runs its tasks (the child of `process`), once up
+        self.cpu_at_hand: float | None = None  # that process's CPU time when the job in hand was handed over
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def hand(self, index: int | None, job: Job) -> None:
+        """Give the worker job `index` of the run in hand, or (`index` None) a job started ahead of its run
+        (raises BrokenPipeError or OSError where it has died)."""
+        clear_watch(self.watch)  # the worker is idle: nothing else writes it now
+        self.cpu_at_hand = None if self.task_pid is None else cpu_seconds(self.task_pid)
+        self.conn.send(job)
+        self.started = time.monotonic()
+        if index is None:
+            self.ahead = job
+        else:
+            self.job = index
+
+    def idle(self) -> bool:
+        return self.ready and self.job is None and self.ahead is None
+
+    def working(self) -> bool:
+        return self.job is not None or self.ahead is not None
+
+    def cpu_spent(self) -> float | None:
+        """The CPU time its task process took since the job in hand was handed over; None where unknown."""
+        now = None if self.cpu_at_hand is None else cpu_seconds(self.task_pid)
+        return None if now is None else now - self.cpu_at_hand
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started, and remove its scratch folder."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        self.conn.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def ask_to_exit(workers: list[WorkerHandle]) -> None:
+    for w in workers:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            w.conn.send(None)
+
+
+def shut_down(workers: list[WorkerHandle], root: str) -> None:
+    ask_to_exit(workers)
+    for w in workers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            w.process.wait(timeout=5)
+        w.kill()
+    shutil.rmtree(root, ignore_errors=True)
