@@ -104,15 +104,19 @@ def generate(
                 parallel.helping(helpers, **reference_state(options.kernelbench)),
                 SessionClock(work_root, t0=started) as session,
             ):
-                return _generate(options, beam_args, log, quota, work_root, session, execution, pools, held)
+                try:
+                    return _generate(options, beam_args, log, quota, work_root, session, execution, pools, held)
+                finally:
+                    for pool in held:
+                        pool.close()  # within the session: its user waits for this too
 
 
 def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: float, shapes=None) -> dict:
     """This process's GPU busy fraction per GPU (NVML) from its first execution to its last, for its session
     record, with when (seconds after the session's start `t0`) its execution workers began to start and were all
     up, its shape check's workers (`shapes`, the pool round 0's CPU stages wait for) too, and when the first
-    execution began;
-    empty where the GPUs are not watched here (CPU runs, workers on a distributed runner's machines)."""
+    execution began; empty where the GPUs are not watched here (CPU runs, workers on a distributed runner's
+    machines)."""
     if monitor is None or pool is None:
         return {}
     if monitor.unavailable:
@@ -139,7 +143,7 @@ def run_pools(execution: ExecutionConfig, here: bool) -> Iterator[tuple[Pools, l
     this process (`here`), the execution's and the shape check's workers start now, the execution's at a lower
     priority while they start (the CPU stages before round 0 are what its first execution waits for), and are
     held until the run ends (Beam's Shared keeps only the last object acquired in a process alive): yields
-    the handles and the pools held here, the execution's first."""
+    the handles and the pools held here, the execution's first. Closed on the way out, if not before."""
     pools = Pools(Shared(), Shared(), shape_check_config(execution, shape_workers() if here else 1))
     held: list[WorkerPool] = []
     try:
