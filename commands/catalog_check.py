@@ -20,18 +20,17 @@ from opsynth.operator_catalog.compose import CHAIN_ERRORS, chain
 from opsynth.operator_catalog.entry import OpEntry, RenderedTask
 from opsynth.operator_catalog.faithfulness import ops_faithful
 from opsynth.operator_catalog.registry import get
-from opsynth.operator_catalog.transformers_modules import TransformersEntry, transformers_task
-from opsynth.operator_catalog.transformers_render import render_transformers
+from opsynth.operator_catalog.transformers_modules import transformers_task
 from opsynth.workload import Workload
 
 TRIES = 12
 
 
-def check_entry(entry: OpEntry | TransformersEntry, workload: Workload, tries: int = TRIES) -> str | None:
+def check_entry(entry: OpEntry, workload: Workload, tries: int = TRIES) -> str | None:
     """None when the entry builds and runs on meta; else the last error."""
     rng = random.Random(zlib.crc32(f"{entry.name}/{workload.name}".encode()))
-    if isinstance(entry, TransformersEntry):
-        task = render_transformers(entry, entry.sampler(rng, workload))
+    if entry.kind == "transformers":
+        task = transformers_task(entry, rng, workload)
         verdict = check_shapes(task.source)
         return None if verdict.kept else f"rendered task fails the shape check: {verdict.reason} {verdict.detail}"
     error = "no try succeeded"
@@ -54,10 +53,10 @@ def check_entry(entry: OpEntry | TransformersEntry, workload: Workload, tries: i
 PARTNER = "nn.Linear"
 
 
-def _task(entry: OpEntry | TransformersEntry, seed: int, workload: Workload, batch_scale: float, partner: bool):
+def _task(entry: OpEntry, seed: int, workload: Workload, batch_scale: float, partner: bool):
     """The entry's task of a seed (alone, or after `PARTNER`), its batch scaled; or why it cannot be composed."""
     rng = random.Random(seed)
-    if isinstance(entry, TransformersEntry):
+    if entry.kind == "transformers":
         return transformers_task(entry, rng, workload, batch_scale)
     entries = [get(PARTNER), entry] if partner else [entry]
     try:
@@ -70,7 +69,7 @@ def _task(entry: OpEntry | TransformersEntry, seed: int, workload: Workload, bat
 class _EntryTask:
     """One try at an entry's task: the entry, its seed, whether after PARTNER, its batch scale and the task."""
 
-    entry: OpEntry | TransformersEntry
+    entry: OpEntry
     seed: int
     attempt: int
     partner: bool
@@ -85,7 +84,7 @@ def _rescaled(item: _EntryTask, factor: float, workload: Workload) -> _EntryTask
 
 
 def execute_entries(
-    entries: list[OpEntry | TransformersEntry],
+    entries: list[OpEntry],
     workload: Workload,
     pool: WorkerPool,
     calibration_steps: int,
@@ -105,7 +104,7 @@ def execute_entries(
         partner = attempt >= tries
         items = []
         for entry in entries:
-            if entry.name in passed or (partner and (isinstance(entry, TransformersEntry) or entry.name == PARTNER)):
+            if entry.name in passed or (partner and (entry.kind == "transformers" or entry.name == PARTNER)):
                 continue
             seed = zlib.crc32(f"{entry.name}/{workload.name}/execute".encode()) + attempt
             task = _task(entry, seed, workload, 1.0, partner)

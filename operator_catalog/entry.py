@@ -6,6 +6,7 @@ is what the code renderer emits and what `apply_call` runs on the meta device, s
 
 from __future__ import annotations
 
+import importlib
 import math
 import operator
 import random
@@ -117,9 +118,10 @@ class OpCall:
 
 @dataclass
 class SampleContext:
-    """What a sampler sees: the incoming tensor, a seeded RNG and the workload's size scale."""
+    """What a sampler sees: the incoming tensor (None for a transformers module, which stands alone), a seeded
+    RNG and the workload's size scale."""
 
-    x: TensorSpec
+    x: TensorSpec | None
     rng: random.Random
     workload: Workload
 
@@ -156,7 +158,9 @@ def keyword_call(name: str, style: str, kwargs: tuple[tuple[str, Any], ...]) -> 
     return styled_call(name, style, keywords=kwargs)
 
 
-Sampler = Callable[[SampleContext], OpCall]
+# Samples one use of an entry: an `OpCall` for a torch operator, a `ModuleUse` (transformers_render) for a
+# transformers module.
+Sampler = Callable[[SampleContext], Any]
 
 
 @dataclass(frozen=True)
@@ -186,12 +190,13 @@ def within_input_budget(
 
 @dataclass(frozen=True)
 class OpEntry:
-    """One operator of the catalog."""
+    """One operator of the catalog: a torch operator, chained with others, or a transformers module, a task of
+    its own (`kind`)."""
 
     name: str  # spelling in the released set's `ops` lists (`nn.Conv2d`, `torch.cumsum`, `F.gelu`, `add`)
     family: str  # catalog module that defines it (activations, convolution, ...)
     sampler: Sampler  # samples one concrete use for a given input; raises NotApplicable when it cannot
-    ranks: tuple[int, ...]  # input ranks it accepts; the composer inserts glue to reach one
+    ranks: tuple[int, ...]  # input ranks it accepts (none for a transformers module); glue reaches one
     domain: Domain = "real"  # values it is defined on; the composer maps other inputs into it with glue
     terminal: bool = False  # may only end a chain (its output is not a float tensor worth chaining)
     takes_integers: bool = False  # accepts integer / bool inputs without a cast
@@ -201,16 +206,24 @@ class OpEntry:
     # Only for operators the meta device cannot run (control flow on values) or runs slowly (a recurrence): the
     # float output shape of a call on an input spec. Everything else is shaped by running it on meta.
     output_shape: Callable[[OpCall, TensorSpec], tuple[int, ...]] | None = field(default=None, compare=False)
+    module: str | None = None  # a transformers module's: the modeling module that defines its class
 
     def __post_init__(self) -> None:
         if not self.name or not self.family:
             raise ValueError("an OpEntry needs a name and a family")
-        if not self.ranks or any(r < 0 or r > 5 for r in self.ranks):
+        if self.kind == "transformers":
+            if not (self.module or "").startswith("transformers.models."):
+                raise ValueError(f"{self.name}: module must be a transformers modeling module, got {self.module}")
+        elif not self.ranks or any(r < 0 or r > 5 for r in self.ranks):
             raise ValueError(f"{self.name}: ranks must be a non-empty subset of 0..5, got {self.ranks}")
         if self.domain not in ("real", "positive", "unit"):
             raise ValueError(f"{self.name}: unknown domain {self.domain!r}")
         if not callable(self.sampler):
             raise ValueError(f"{self.name}: sampler must be callable")
+
+    def module_class(self) -> type:
+        """A transformers module's class, imported."""
+        return getattr(importlib.import_module(self.module), self.name)
 
     def sample(self, ctx: SampleContext) -> OpCall:
         if ctx.x.rank not in self.ranks:

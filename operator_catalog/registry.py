@@ -28,7 +28,6 @@ from opsynth.operator_catalog import (
     transformers_modules,
 )
 from opsynth.operator_catalog.entry import OpEntry
-from opsynth.operator_catalog.transformers_modules import TransformersEntry
 
 FAMILIES = (
     activations,
@@ -49,7 +48,7 @@ FAMILIES = (
     containers,
     transformers_modules,
 )
-Entry = OpEntry | TransformersEntry
+Entry = OpEntry
 
 
 class UnknownOperator(KeyError):

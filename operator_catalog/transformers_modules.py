@@ -4,43 +4,27 @@ it for a workload (transformers_samplers); a task around one of them is rendered
 
 from __future__ import annotations
 
-import importlib
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from opsynth.operator_catalog import transformers_samplers as samplers
-from opsynth.operator_catalog.entry import RenderedTask, within_input_budget
+from opsynth.operator_catalog.entry import OpEntry, RenderedTask, SampleContext, within_input_budget
 from opsynth.operator_catalog.transformers_render import ModuleUse, render_transformers
 from opsynth.workload import Workload
 
 FAMILY = "transformers"
 
 
-@dataclass(frozen=True)
-class TransformersEntry:
-    """One transformers module class of the catalog."""
-
-    name: str  # the class name, as the released set spells it
-    module: str  # the modeling module that defines it
-    sampler: Callable[[random.Random, Workload], ModuleUse]  # sizes one use for the workload
-    excluded: str | None = None  # why it is never sampled, or None
-    family: str = FAMILY
-    kind: str = "transformers"
-    ranks: tuple[int, ...] = field(default=())
-    domain: str = "real"
-    terminal: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.module.startswith("transformers.models."):
-            raise ValueError(f"{self.name}: module must be a transformers modeling module, got {self.module}")
-
-    def resolve(self) -> type:
-        return getattr(importlib.import_module(self.module), self.name)
-
-
-def _entry(name: str, module: str, sampler) -> TransformersEntry:
-    return TransformersEntry(name, f"transformers.models.{module}", sampler)
+def _entry(name: str, module: str, sampler, excluded: str | None = None) -> OpEntry:
+    return OpEntry(
+        name=name,
+        family=FAMILY,
+        sampler=sampler,
+        ranks=(),
+        terminal=True,
+        kind="transformers",
+        excluded=excluded,
+        module=f"transformers.models.{module}",
+    )
 
 
 ENTRIES = [
@@ -121,21 +105,21 @@ ENTRIES = [
 ]
 
 
-def _not_sampled(rng: random.Random, wl: Workload) -> ModuleUse:
+def _not_sampled(ctx: SampleContext) -> ModuleUse:
     raise NotImplementedError("an excluded entry is never sampled")
 
 
 # Released classes the catalog lists but never samples, with the reason.
 EXCLUDED = [
-    TransformersEntry(
+    _entry(
         "SwinSelfAttention",
-        "transformers.models.swin.modeling_swin",
+        "swin.modeling_swin",
         _not_sampled,
         excluded="no longer a class of transformers 5.x: Swin's attention is one SwinAttention module there",
     ),
-    TransformersEntry(
+    _entry(
         "ConditionalDetrMaskHeadSmallConv",
-        "transformers.models.conditional_detr.modeling_conditional_detr",
+        "conditional_detr.modeling_conditional_detr",
         _not_sampled,
         excluded="its inputs are a DETR decoder's per-query attention maps and a three-level FPN of matching sizes; "
         "random tensors of those shapes are not yet sampled",
@@ -152,11 +136,9 @@ def compose_transformers(seed: int, workload: Workload, batch_scale: float = 1.0
     return transformers_task(entry, rng, workload, batch_scale)
 
 
-def transformers_task(
-    entry: TransformersEntry, rng: random.Random, workload: Workload, batch_scale: float = 1.0
-) -> RenderedTask:
-    """One sampled use of `entry`, its input batch multiplied by `batch_scale`."""
-    use = entry.sampler(rng, workload)
+def transformers_task(entry: OpEntry, rng: random.Random, workload: Workload, batch_scale: float = 1.0) -> RenderedTask:
+    """One sampled use of transformers module `entry`, its input batch multiplied by `batch_scale`."""
+    use = entry.sampler(SampleContext(None, rng, workload))
     if batch_scale != 1.0:
         fixed = tuple(range(1, 5))  # only the batch moves: every other dimension is tied to the module's config
         shapes = tuple(

@@ -17,7 +17,7 @@ from opsynth import syntax
 from opsynth.operator_catalog.entry import RenderedTask, TensorSpec
 
 if TYPE_CHECKING:
-    from opsynth.operator_catalog.transformers_modules import TransformersEntry
+    from opsynth.operator_catalog.entry import OpEntry
 
 HEADER = ["from __future__ import annotations", "", "import torch", "import torch.nn as nn", "import transformers"]
 
@@ -67,8 +67,8 @@ def inline_source(cls: type) -> tuple[list[str], list[str]]:
     return sorted(imports), ordered
 
 
-def render_transformers(entry: TransformersEntry, use: ModuleUse) -> RenderedTask:
-    cls = entry.resolve()
+def render_transformers(entry: OpEntry, use: ModuleUse) -> RenderedTask:
+    cls = entry.module_class()
     imports, definitions = inline_source(cls)
     target = syntax.parse(definitions[-1])
     for node in ast.walk(target):

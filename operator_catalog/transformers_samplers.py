@@ -1,5 +1,6 @@
 """How each transformers module of the catalog is sized for a workload: one sampler per entry of
-transformers_modules, returning the constructor arguments and input shapes of one use (a `ModuleUse`).
+transformers_modules, given the `SampleContext` every entry's sampler gets (its `x` None: a module stands alone),
+returning the constructor arguments and input shapes of one use (a `ModuleUse`).
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 
-from opsynth.operator_catalog.entry import within_input_budget
+from opsynth.operator_catalog.entry import SampleContext, within_input_budget
 from opsynth.operator_catalog.transformers_render import ModuleUse
 from opsynth.workload import Workload
 
@@ -21,47 +22,63 @@ def _sequence(rng: random.Random, wl: Workload, hidden: int) -> tuple[int, ...]:
     return within_input_budget((rng.choice(wl.batch_sizes), rng.choice(wl.spatial[3]), hidden), wl, fixed=(2,))
 
 
-def resnet_basic(rng: random.Random, wl: Workload) -> ModuleUse:
+def resnet_basic(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
     stride = rng.choice((1, 2))
     return ModuleUse((str(c_in), str(c_out), str(stride), repr(rng.choice(("relu", "gelu")))), (_image(rng, wl, c_in),))
 
 
-def resnet_bottleneck(rng: random.Random, wl: Workload) -> ModuleUse:
+def resnet_bottleneck(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), 4 * rng.choice(wl.channels)
     return ModuleUse((str(c_in), str(c_out), str(rng.choice((1, 2)))), (_image(rng, wl, c_in),))
 
 
-def resnet_shortcut(rng: random.Random, wl: Workload) -> ModuleUse:
+def resnet_shortcut(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
     return ModuleUse((str(c_in), str(c_out), str(rng.choice((1, 2)))), (_image(rng, wl, c_in),))
 
 
-def convnext_layer(rng: random.Random, wl: Workload) -> ModuleUse:
+def convnext_layer(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     dim = rng.choice(wl.channels)
     config = "transformers.ConvNextConfig(hidden_act='gelu', layer_scale_init_value=1e-06)"
     return ModuleUse((config, str(dim)), (_image(rng, wl, dim),))
 
 
-def poolformer_layer(rng: random.Random, wl: Workload) -> ModuleUse:
+def poolformer_layer(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     channels = rng.choice(wl.channels)
     config = "transformers.PoolFormerConfig(hidden_act='gelu', use_layer_scale=True, layer_scale_init_value=1e-05)"
     args = (config, str(channels), "3", str(channels), str(4 * channels), "0.0")
     return ModuleUse(args, (_image(rng, wl, channels),))
 
 
-def glpn_patches(rng: random.Random, wl: Workload) -> ModuleUse:
+def glpn_patches(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     c_in, hidden = rng.choice((3, *wl.channels)), rng.choice(wl.channels)
     return ModuleUse(("7", "4", str(c_in), str(hidden)), (_image(rng, wl, c_in),))
 
 
-def mpnet_head(rng: random.Random, wl: Workload) -> ModuleUse:
+def mpnet_head(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
     config = f"transformers.MPNetConfig(hidden_size={hidden}, vocab_size={vocab})"
     return ModuleUse((config,), (_sequence(rng, wl, hidden),))
 
 
-def mobilebert_head(rng: random.Random, wl: Workload) -> ModuleUse:
+def mobilebert_head(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
     # A smaller embedding than hidden size, as MobileBERT's defaults (128 of 512): the head then also runs its
     # extra projection, which is empty when the two are equal.
@@ -69,7 +86,9 @@ def mobilebert_head(rng: random.Random, wl: Workload) -> ModuleUse:
     return ModuleUse((config,), (_sequence(rng, wl, hidden),))
 
 
-def tdnn_layer(rng: random.Random, wl: Workload) -> ModuleUse:
+def tdnn_layer(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     config = f"transformers.Wav2Vec2Config(tdnn_dim=({hidden}, {hidden}), tdnn_kernel=(5, 3), tdnn_dilation=(1, 2))"
     return ModuleUse((config, "1"), (_sequence(rng, wl, hidden),))
@@ -106,37 +125,49 @@ def _small_image(rng: random.Random, wl: Workload, channels: int, divisor: int =
     return within_input_budget((rng.choice(wl.batch_sizes), channels, side, side), wl, fixed=(1, 2, 3))
 
 
-def hiera_attention(rng: random.Random, wl: Workload) -> ModuleUse:
+def hiera_attention(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     return ModuleUse((str(hidden), str(hidden), str(_heads(rng, hidden))), (_tokens(rng, wl, hidden),))
 
 
-def hiera_layer(rng: random.Random, wl: Workload) -> ModuleUse:
+def hiera_layer(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     args = ("transformers.HieraConfig()", str(hidden), str(hidden), str(_heads(rng, hidden)))
     return ModuleUse(args, (_tokens(rng, wl, hidden),))
 
 
-def hiera_stage(rng: random.Random, wl: Workload) -> ModuleUse:
+def hiera_stage(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     args = ("transformers.HieraConfig()", "2", str(hidden), str(hidden), str(_heads(rng, hidden)))
     args += ("[0.0, 0.0]", "[1, 1]", "0", "False")
     return ModuleUse(args, (_tokens(rng, wl, hidden),))
 
 
-def swin_window_attention(rng: random.Random, wl: Workload) -> ModuleUse:
+def swin_window_attention(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     dim, window = rng.choice(wl.features), rng.choice((4, 7))
     args = ("transformers.MaskFormerSwinConfig()", str(dim), str(_heads(rng, dim)), str(window))
     return ModuleUse(args, (_tokens(rng, wl, dim, window * window),))
 
 
-def ctrl_attention(rng: random.Random, wl: Workload) -> ModuleUse:
+def ctrl_attention(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     shape = _tokens(rng, wl, hidden)
     return ModuleUse((f"transformers.CTRLConfig(n_embd={hidden}, n_head={_heads(rng, hidden)})",), (shape,) * 3)
 
 
-def seggpt_decoder(rng: random.Random, wl: Workload) -> ModuleUse:
+def seggpt_decoder(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden, decoder = rng.choice(wl.features), rng.choice(wl.channels)
     config = (
         f"transformers.SegGptConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)}, "
@@ -145,7 +176,9 @@ def seggpt_decoder(rng: random.Random, wl: Workload) -> ModuleUse:
     return ModuleUse((config,), (_grid(rng, wl, 2 * hidden),))
 
 
-def speecht5_features(rng: random.Random, wl: Workload) -> ModuleUse:
+def speecht5_features(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     dim = rng.choice(wl.channels) * 4
     config = (
         f"transformers.SpeechT5Config(conv_dim=({dim}, {dim}, {dim}), conv_stride=(5, 2, 2), "
@@ -155,25 +188,33 @@ def speecht5_features(rng: random.Random, wl: Workload) -> ModuleUse:
     return ModuleUse((config,), (within_input_budget((rng.choice(wl.batch_sizes), length), wl, fixed=()),))
 
 
-def vitdet_attention(rng: random.Random, wl: Workload) -> ModuleUse:
+def vitdet_attention(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     config = f"transformers.VitDetConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)})"
     return ModuleUse((config,), (_grid(rng, wl, hidden),))
 
 
-def ast_patches(rng: random.Random, wl: Workload) -> ModuleUse:
+def ast_patches(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden, bins, frames = rng.choice(wl.features), rng.choice((32, 64, 128)), rng.choice(wl.spatial[3])
     config = f"transformers.ASTConfig(hidden_size={hidden}, num_mel_bins={bins}, max_length={frames})"
     return ModuleUse((config,), (within_input_budget((rng.choice(wl.batch_sizes), frames, bins), wl, fixed=(1, 2)),))
 
 
-def blip_text_attention(rng: random.Random, wl: Workload) -> ModuleUse:
+def blip_text_attention(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     config = f"transformers.BlipTextConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)})"
     return ModuleUse((config,), (_tokens(rng, wl, hidden),))
 
 
-def bridgetower_mlm_head(rng: random.Random, wl: Workload) -> ModuleUse:
+def bridgetower_mlm_head(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
     config = (
         f"transformers.BridgeTowerConfig(hidden_size={hidden}, "
@@ -182,38 +223,50 @@ def bridgetower_mlm_head(rng: random.Random, wl: Workload) -> ModuleUse:
     return ModuleUse((config,), (_tokens(rng, wl, hidden),))
 
 
-def bridgetower_residual(rng: random.Random, wl: Workload) -> ModuleUse:
+def bridgetower_residual(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden = 64 * max(1, rng.choice(wl.features) // 128)  # one head per 64 features
     config = f"transformers.BridgeTowerVisionConfig(hidden_size={hidden})"
     return ModuleUse((config,), (_tokens(rng, wl, hidden),))
 
 
-def bros_bbox(rng: random.Random, wl: Workload) -> ModuleUse:
+def bros_bbox(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     proj = rng.choice(wl.channels) * 2
     config = f"transformers.BrosConfig(dim_bbox_projection={proj})"
     boxes = rng.choice((8, 16, 32))
     return ModuleUse((config,), (within_input_budget((rng.choice(wl.batch_sizes), boxes, 8), wl, fixed=(2,)),))
 
 
-def convnext_stage(rng: random.Random, wl: Workload) -> ModuleUse:
+def convnext_stage(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
     args = ("transformers.ConvNextConfig()", str(c_in), str(c_out))
     return ModuleUse(args, (_small_image(rng, wl, c_in, 2),))
 
 
-def dpt_fusion_layer(rng: random.Random, wl: Workload) -> ModuleUse:
+def dpt_fusion_layer(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     channels = rng.choice(wl.channels)
     config = f"transformers.DPTConfig(fusion_hidden_size={channels})"
     return ModuleUse((config,), (_small_image(rng, wl, channels),) * 2)
 
 
-def pyramid_pooling(rng: random.Random, wl: Workload) -> ModuleUse:
+def pyramid_pooling(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     scale, c_in, c_out = rng.choice((1, 2, 3, 6)), rng.choice(wl.channels), rng.choice(wl.channels)
     shape = _small_image(rng, wl, c_in)
     return ModuleUse((str(scale), str(c_in), str(c_out)), (shape,), extra_args=(repr(tuple(shape[2:])),))
 
 
-def encodec_lstm(rng: random.Random, wl: Workload) -> ModuleUse:
+def encodec_lstm(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     dim = rng.choice(wl.channels) * 4
     length = rng.choice(wl.spatial[3]) // 4
     shape = within_input_budget((rng.choice(wl.batch_sizes), dim, length), wl, fixed=(1,))
@@ -223,7 +276,9 @@ def encodec_lstm(rng: random.Random, wl: Workload) -> ModuleUse:
 def pretraining_heads(config: str):
     """BERT-style heads: the masked-LM prediction from the sequence, the next-sentence score from the pooled."""
 
-    def sample(rng: random.Random, wl: Workload) -> ModuleUse:
+    def sample(ctx: SampleContext) -> ModuleUse:
+
+        rng, wl = ctx.rng, ctx.workload
         hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
         tokens = _tokens(rng, wl, hidden)
         extra = f", embedding_size={hidden // 4}" if config == "MobileBertConfig" else ""
@@ -233,24 +288,32 @@ def pretraining_heads(config: str):
     return sample
 
 
-def flava_codebook_group(rng: random.Random, wl: Workload) -> ModuleUse:
+def flava_codebook_group(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
     return ModuleUse(("2", "2", str(c_in), str(c_out), "True"), (_small_image(rng, wl, c_in, 2),))
 
 
-def glpn_selective_fusion(rng: random.Random, wl: Workload) -> ModuleUse:
+def glpn_selective_fusion(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     channels = rng.choice(wl.channels)
     shape = _small_image(rng, wl, channels)
     return ModuleUse((str(channels),), (shape, shape))
 
 
-def levit_patches(rng: random.Random, wl: Workload) -> ModuleUse:
+def levit_patches(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.channels) * 8
     config = f"transformers.LevitConfig(hidden_sizes=[{hidden}, {hidden}, {hidden}])"
     return ModuleUse((config,), (_small_image(rng, wl, 3, 16),))
 
 
-def mask2former_predictor(rng: random.Random, wl: Workload) -> ModuleUse:
+def mask2former_predictor(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden, masks = rng.choice(wl.features), rng.choice(wl.channels)
     queries = rng.choice((16, 32, 64))
     pixels = _small_image(rng, wl, masks, 2)
@@ -260,7 +323,9 @@ def mask2former_predictor(rng: random.Random, wl: Workload) -> ModuleUse:
     return ModuleUse(args, ((queries, batch, hidden), pixels), extra_args=(repr(target),))
 
 
-def maskformer_fpn(rng: random.Random, wl: Workload) -> ModuleUse:
+def maskformer_fpn(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     widths = [32 * rng.choice((1, 2)) for _ in range(3)]  # its norms are GroupNorm(32, width)
     feature = 32 * rng.choice((1, 2))
     batch, side = rng.choice(wl.batch_sizes), rng.choice(wl.spatial[4]) // 4 * 4
@@ -273,7 +338,9 @@ def maskformer_fpn(rng: random.Random, wl: Workload) -> ModuleUse:
     return ModuleUse(args, shapes, as_list=True)
 
 
-def nystromformer_attention(rng: random.Random, wl: Workload) -> ModuleUse:
+def nystromformer_attention(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden, landmarks = rng.choice(wl.features), rng.choice((8, 16))
     length = landmarks * rng.choice((4, 8))
     config = (
@@ -283,12 +350,16 @@ def nystromformer_attention(rng: random.Random, wl: Workload) -> ModuleUse:
     return ModuleUse((config,), (_tokens(rng, wl, hidden, length),))
 
 
-def oneformer_text_layer(rng: random.Random, wl: Workload) -> ModuleUse:
+def oneformer_text_layer(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     width = rng.choice(wl.features)
     return ModuleUse((str(width), str(_heads(rng, width)), "None"), (_tokens(rng, wl, width),))
 
 
-def seggpt_attention(rng: random.Random, wl: Workload) -> ModuleUse:
+def seggpt_attention(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     config = (
         f"transformers.SegGptConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)}, "
@@ -297,13 +368,17 @@ def seggpt_attention(rng: random.Random, wl: Workload) -> ModuleUse:
     return ModuleUse((config,), (_grid(rng, wl, hidden),))
 
 
-def swin2sr_patches(rng: random.Random, wl: Workload) -> ModuleUse:
+def swin2sr_patches(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     dim = rng.choice(wl.channels) * 2
     config = f"transformers.Swin2SRConfig(embed_dim={dim})"
     return ModuleUse((config,), (_small_image(rng, wl, dim),))
 
 
-def vitmatte_fusion(rng: random.Random, wl: Workload) -> ModuleUse:
+def vitmatte_fusion(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     c_feat, c_detail, c_out = rng.choice(wl.channels), rng.choice((3, *wl.channels)), rng.choice(wl.channels)
     feat = _small_image(rng, wl, c_feat)
     detail = within_input_budget((feat[0], c_detail, 2 * feat[2], 2 * feat[3]), wl, fixed=(0, 1, 2, 3))
@@ -311,7 +386,9 @@ def vitmatte_fusion(rng: random.Random, wl: Workload) -> ModuleUse:
     return ModuleUse(args, (feat, detail))
 
 
-def zoedepth_log_binomial(rng: random.Random, wl: Workload) -> ModuleUse:
+def zoedepth_log_binomial(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     c_main, c_cond = rng.choice(wl.channels), rng.choice(wl.channels)
     main = _small_image(rng, wl, c_main)
     # Few bins: with many, the per-bin probabilities of two inputs differ by less than the checker's tolerance.
@@ -322,7 +399,9 @@ def zoedepth_log_binomial(rng: random.Random, wl: Workload) -> ModuleUse:
 def dpt_like_pyramid(config: str, count: int, hidden_key: str, reverse: bool = False):
     """Feature-fusion stages and depth heads: `count` maps of one width, each twice the size of the next."""
 
-    def sample(rng: random.Random, wl: Workload) -> ModuleUse:
+    def sample(ctx: SampleContext) -> ModuleUse:
+
+        rng, wl = ctx.rng, ctx.workload
         channels = rng.choice(wl.channels)
         batch, side = rng.choice(wl.batch_sizes), max(2**count, rng.choice(wl.spatial[4]) // 2**count * 2**count)
         sizes = [side >> i for i in range(count)]
@@ -336,7 +415,9 @@ def dpt_like_pyramid(config: str, count: int, hidden_key: str, reverse: bool = F
     return sample
 
 
-def depth_anything_neck(rng: random.Random, wl: Workload) -> ModuleUse:
+def depth_anything_neck(ctx: SampleContext) -> ModuleUse:
+
+    rng, wl = ctx.rng, ctx.workload
     # Four token maps of a ViT backbone (with the class token) reassembled into a pyramid and fused.
     hidden, fusion = rng.choice(wl.features), rng.choice(wl.channels)
     patches = rng.choice((4, 8, 16))

@@ -9,6 +9,7 @@ from opsynth.filters.execution import execution_config
 from opsynth.filters.workers import WorkerPool
 from opsynth.operator_catalog import OpEntry, all_entries, get
 from opsynth.operator_catalog.activations import plain_call
+from opsynth.operator_catalog.entry import SampleContext
 from opsynth.operator_catalog.registry import UnknownOperator
 
 ENTRIES = [e for e in all_entries() if e.excluded is None]
@@ -132,7 +133,7 @@ def test_transformers_task_inlines_its_class_and_helpers():
     from opsynth.operator_catalog.transformers_render import render_transformers
 
     entry = get("ResNetBasicLayer")
-    task = render_transformers(entry, entry.sampler(random.Random(0), WORKLOADS["tiny"]))
+    task = render_transformers(entry, entry.sampler(SampleContext(None, random.Random(0), WORKLOADS["tiny"])))
     assert task.ops == ("ResNetBasicLayer",) and "ResNetBasicLayer" in task.source
     assert "class Model(nn.Module):" in task.source and "class ResNetConvLayer" in task.source  # the helper
     assert "@" not in task.source  # decorators are dropped
