@@ -95,6 +95,11 @@ def test_entry_validation_rejects_bad_entries():
     with pytest.raises(ValueError, match="domain"):
         OpEntry(name="torch.relu", family="activations", sampler=plain_call("torch.relu", "function"), ranks=(2,),
                 domain="complex")  # fmt: skip
+    # A transformers module takes no chained input (no ranks), but names the modeling module of its class.
+    with pytest.raises(ValueError, match="modeling module"):
+        OpEntry(name="ResNetShortCut", family="transformers", sampler=get("ResNetShortCut").sampler, ranks=(),
+                kind="transformers", module="resnet")  # fmt: skip
+    assert get("ResNetShortCut").module_class().__name__ == "ResNetShortCut"
 
 
 def test_unknown_operator_lookup_raises():
