@@ -23,7 +23,6 @@ def _sequence(rng: random.Random, wl: Workload, hidden: int) -> tuple[int, ...]:
 
 
 def resnet_basic(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
     stride = rng.choice((1, 2))
@@ -31,21 +30,18 @@ def resnet_basic(ctx: SampleContext) -> ModuleUse:
 
 
 def resnet_bottleneck(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), 4 * rng.choice(wl.channels)
     return ModuleUse((str(c_in), str(c_out), str(rng.choice((1, 2)))), (_image(rng, wl, c_in),))
 
 
 def resnet_shortcut(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
     return ModuleUse((str(c_in), str(c_out), str(rng.choice((1, 2)))), (_image(rng, wl, c_in),))
 
 
 def convnext_layer(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     dim = rng.choice(wl.channels)
     config = "transformers.ConvNextConfig(hidden_act='gelu', layer_scale_init_value=1e-06)"
@@ -53,7 +49,6 @@ def convnext_layer(ctx: SampleContext) -> ModuleUse:
 
 
 def poolformer_layer(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     channels = rng.choice(wl.channels)
     config = "transformers.PoolFormerConfig(hidden_act='gelu', use_layer_scale=True, layer_scale_init_value=1e-05)"
@@ -62,14 +57,12 @@ def poolformer_layer(ctx: SampleContext) -> ModuleUse:
 
 
 def glpn_patches(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     c_in, hidden = rng.choice((3, *wl.channels)), rng.choice(wl.channels)
     return ModuleUse(("7", "4", str(c_in), str(hidden)), (_image(rng, wl, c_in),))
 
 
 def mpnet_head(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
     config = f"transformers.MPNetConfig(hidden_size={hidden}, vocab_size={vocab})"
@@ -77,7 +70,6 @@ def mpnet_head(ctx: SampleContext) -> ModuleUse:
 
 
 def mobilebert_head(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
     # A smaller embedding than hidden size, as MobileBERT's defaults (128 of 512): the head then also runs its
@@ -87,7 +79,6 @@ def mobilebert_head(ctx: SampleContext) -> ModuleUse:
 
 
 def tdnn_layer(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     config = f"transformers.Wav2Vec2Config(tdnn_dim=({hidden}, {hidden}), tdnn_kernel=(5, 3), tdnn_dilation=(1, 2))"
@@ -126,14 +117,12 @@ def _small_image(rng: random.Random, wl: Workload, channels: int, divisor: int =
 
 
 def hiera_attention(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     return ModuleUse((str(hidden), str(hidden), str(_heads(rng, hidden))), (_tokens(rng, wl, hidden),))
 
 
 def hiera_layer(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     args = ("transformers.HieraConfig()", str(hidden), str(hidden), str(_heads(rng, hidden)))
@@ -141,7 +130,6 @@ def hiera_layer(ctx: SampleContext) -> ModuleUse:
 
 
 def hiera_stage(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     args = ("transformers.HieraConfig()", "2", str(hidden), str(hidden), str(_heads(rng, hidden)))
@@ -150,7 +138,6 @@ def hiera_stage(ctx: SampleContext) -> ModuleUse:
 
 
 def swin_window_attention(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     dim, window = rng.choice(wl.features), rng.choice((4, 7))
     args = ("transformers.MaskFormerSwinConfig()", str(dim), str(_heads(rng, dim)), str(window))
@@ -158,7 +145,6 @@ def swin_window_attention(ctx: SampleContext) -> ModuleUse:
 
 
 def ctrl_attention(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     shape = _tokens(rng, wl, hidden)
@@ -166,7 +152,6 @@ def ctrl_attention(ctx: SampleContext) -> ModuleUse:
 
 
 def seggpt_decoder(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden, decoder = rng.choice(wl.features), rng.choice(wl.channels)
     config = (
@@ -177,7 +162,6 @@ def seggpt_decoder(ctx: SampleContext) -> ModuleUse:
 
 
 def speecht5_features(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     dim = rng.choice(wl.channels) * 4
     config = (
@@ -189,7 +173,6 @@ def speecht5_features(ctx: SampleContext) -> ModuleUse:
 
 
 def vitdet_attention(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     config = f"transformers.VitDetConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)})"
@@ -197,7 +180,6 @@ def vitdet_attention(ctx: SampleContext) -> ModuleUse:
 
 
 def ast_patches(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden, bins, frames = rng.choice(wl.features), rng.choice((32, 64, 128)), rng.choice(wl.spatial[3])
     config = f"transformers.ASTConfig(hidden_size={hidden}, num_mel_bins={bins}, max_length={frames})"
@@ -205,7 +187,6 @@ def ast_patches(ctx: SampleContext) -> ModuleUse:
 
 
 def blip_text_attention(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     config = f"transformers.BlipTextConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)})"
@@ -213,7 +194,6 @@ def blip_text_attention(ctx: SampleContext) -> ModuleUse:
 
 
 def bridgetower_mlm_head(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
     config = (
@@ -224,7 +204,6 @@ def bridgetower_mlm_head(ctx: SampleContext) -> ModuleUse:
 
 
 def bridgetower_residual(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden = 64 * max(1, rng.choice(wl.features) // 128)  # one head per 64 features
     config = f"transformers.BridgeTowerVisionConfig(hidden_size={hidden})"
@@ -232,7 +211,6 @@ def bridgetower_residual(ctx: SampleContext) -> ModuleUse:
 
 
 def bros_bbox(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     proj = rng.choice(wl.channels) * 2
     config = f"transformers.BrosConfig(dim_bbox_projection={proj})"
@@ -241,7 +219,6 @@ def bros_bbox(ctx: SampleContext) -> ModuleUse:
 
 
 def convnext_stage(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
     args = ("transformers.ConvNextConfig()", str(c_in), str(c_out))
@@ -249,7 +226,6 @@ def convnext_stage(ctx: SampleContext) -> ModuleUse:
 
 
 def dpt_fusion_layer(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     channels = rng.choice(wl.channels)
     config = f"transformers.DPTConfig(fusion_hidden_size={channels})"
@@ -257,7 +233,6 @@ def dpt_fusion_layer(ctx: SampleContext) -> ModuleUse:
 
 
 def pyramid_pooling(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     scale, c_in, c_out = rng.choice((1, 2, 3, 6)), rng.choice(wl.channels), rng.choice(wl.channels)
     shape = _small_image(rng, wl, c_in)
@@ -265,7 +240,6 @@ def pyramid_pooling(ctx: SampleContext) -> ModuleUse:
 
 
 def encodec_lstm(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     dim = rng.choice(wl.channels) * 4
     length = rng.choice(wl.spatial[3]) // 4
@@ -277,7 +251,6 @@ def pretraining_heads(config: str):
     """BERT-style heads: the masked-LM prediction from the sequence, the next-sentence score from the pooled."""
 
     def sample(ctx: SampleContext) -> ModuleUse:
-
         rng, wl = ctx.rng, ctx.workload
         hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
         tokens = _tokens(rng, wl, hidden)
@@ -289,14 +262,12 @@ def pretraining_heads(config: str):
 
 
 def flava_codebook_group(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
     return ModuleUse(("2", "2", str(c_in), str(c_out), "True"), (_small_image(rng, wl, c_in, 2),))
 
 
 def glpn_selective_fusion(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     channels = rng.choice(wl.channels)
     shape = _small_image(rng, wl, channels)
@@ -304,7 +275,6 @@ def glpn_selective_fusion(ctx: SampleContext) -> ModuleUse:
 
 
 def levit_patches(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.channels) * 8
     config = f"transformers.LevitConfig(hidden_sizes=[{hidden}, {hidden}, {hidden}])"
@@ -312,7 +282,6 @@ def levit_patches(ctx: SampleContext) -> ModuleUse:
 
 
 def mask2former_predictor(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden, masks = rng.choice(wl.features), rng.choice(wl.channels)
     queries = rng.choice((16, 32, 64))
@@ -324,7 +293,6 @@ def mask2former_predictor(ctx: SampleContext) -> ModuleUse:
 
 
 def maskformer_fpn(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     widths = [32 * rng.choice((1, 2)) for _ in range(3)]  # its norms are GroupNorm(32, width)
     feature = 32 * rng.choice((1, 2))
@@ -339,7 +307,6 @@ def maskformer_fpn(ctx: SampleContext) -> ModuleUse:
 
 
 def nystromformer_attention(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden, landmarks = rng.choice(wl.features), rng.choice((8, 16))
     length = landmarks * rng.choice((4, 8))
@@ -351,14 +318,12 @@ def nystromformer_attention(ctx: SampleContext) -> ModuleUse:
 
 
 def oneformer_text_layer(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     width = rng.choice(wl.features)
     return ModuleUse((str(width), str(_heads(rng, width)), "None"), (_tokens(rng, wl, width),))
 
 
 def seggpt_attention(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     config = (
@@ -369,7 +334,6 @@ def seggpt_attention(ctx: SampleContext) -> ModuleUse:
 
 
 def swin2sr_patches(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     dim = rng.choice(wl.channels) * 2
     config = f"transformers.Swin2SRConfig(embed_dim={dim})"
@@ -377,7 +341,6 @@ def swin2sr_patches(ctx: SampleContext) -> ModuleUse:
 
 
 def vitmatte_fusion(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     c_feat, c_detail, c_out = rng.choice(wl.channels), rng.choice((3, *wl.channels)), rng.choice(wl.channels)
     feat = _small_image(rng, wl, c_feat)
@@ -387,7 +350,6 @@ def vitmatte_fusion(ctx: SampleContext) -> ModuleUse:
 
 
 def zoedepth_log_binomial(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     c_main, c_cond = rng.choice(wl.channels), rng.choice(wl.channels)
     main = _small_image(rng, wl, c_main)
@@ -400,7 +362,6 @@ def dpt_like_pyramid(config: str, count: int, hidden_key: str, reverse: bool = F
     """Feature-fusion stages and depth heads: `count` maps of one width, each twice the size of the next."""
 
     def sample(ctx: SampleContext) -> ModuleUse:
-
         rng, wl = ctx.rng, ctx.workload
         channels = rng.choice(wl.channels)
         batch, side = rng.choice(wl.batch_sizes), max(2**count, rng.choice(wl.spatial[4]) // 2**count * 2**count)
@@ -416,7 +377,6 @@ def dpt_like_pyramid(config: str, count: int, hidden_key: str, reverse: bool = F
 
 
 def depth_anything_neck(ctx: SampleContext) -> ModuleUse:
-
     rng, wl = ctx.rng, ctx.workload
     # Four token maps of a ViT backbone (with the class token) reassembled into a pyramid and fused.
     hidden, fusion = rng.choice(wl.features), rng.choice(wl.channels)
