@@ -96,7 +96,7 @@ def generate(
         # The workers start first: they import torch and set up their device while this process warms up and
         # round 0 makes its candidates. Helpers for the CPU stages' own work (pipeline.parallel) are forked
         # after them, but before any thread of this process starts.
-        with run_pools(execution, here) as (pools, held):
+        with run_pools(execution, here) as workers:
             helpers = helpers_for() if here else 0
             if helpers:
                 warm_composition([s for s, n in quota.items() if n], options.sizes, options.op_weights)
@@ -105,10 +105,9 @@ def generate(
                 SessionClock(work_root, t0=started) as session,
             ):
                 try:
-                    return _generate(options, beam_args, log, quota, work_root, session, execution, pools, held)
+                    return _generate(options, beam_args, log, quota, work_root, session, workers)
                 finally:
-                    for pool in held:
-                        pool.close()  # within the session: its user waits for this too
+                    workers.close()  # within the session: its user waits for this too
 
 
 def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: float, shapes=None) -> dict:
@@ -137,23 +136,43 @@ def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: flo
     return {"gpu": record}
 
 
+@dataclass
+class RunWorkers:
+    """The run's execution settings and its worker pools: the handles its rounds' stages share in each process
+    that runs them, and the pools held in this one (none where the stages run elsewhere)."""
+
+    execution: ExecutionConfig
+    pools: Pools
+    execution_pool: WorkerPool | None = None
+    shape_pool: WorkerPool | None = None
+
+    def held(self) -> list[WorkerPool]:
+        return [p for p in (self.execution_pool, self.shape_pool) if p is not None]
+
+    def close(self) -> None:
+        for pool in self.held():
+            pool.close()
+
+
 @contextlib.contextmanager
-def run_pools(execution: ExecutionConfig, here: bool) -> Iterator[tuple[Pools, list[WorkerPool]]]:
-    """The run's worker pools, shared by its rounds' stages in each process that runs them; where those run in
-    this process (`here`), the execution's and the shape check's workers start now, the execution's at a lower
-    priority while they start (the CPU stages before round 0 are what its first execution waits for), and are
-    held until the run ends (Beam's Shared keeps only the last object acquired in a process alive): yields
-    the handles and the pools held here, the execution's first. Closed on the way out, if not before."""
-    pools = Pools(Shared(), Shared(), shape_check_config(execution, shape_workers() if here else 1))
-    held: list[WorkerPool] = []
+def run_pools(execution: ExecutionConfig, here: bool) -> Iterator[RunWorkers]:
+    """The run's worker pools; where its stages run in this process (`here`), the execution's and the shape
+    check's workers start now, the execution's at a lower priority while they start (the CPU stages before
+    round 0 are what its first execution waits for), and are held until the run ends (Beam's Shared keeps only
+    the last object acquired in a process alive). Closed on the way out, if not before."""
+    workers = RunWorkers(
+        execution, Pools(Shared(), Shared(), shape_check_config(execution, shape_workers() if here else 1))
+    )
+    pools = workers.pools
     try:
         if here:
-            held.append(pools.execution.acquire(lambda: WorkerPool(execution, start_nice=AHEAD_NICE), tag=execution))
-            held.append(pools.shapes.acquire(lambda: WorkerPool(pools.shape_config), tag=pools.shape_config))
-        yield pools, held
+            workers.execution_pool = pools.execution.acquire(
+                lambda: WorkerPool(execution, start_nice=AHEAD_NICE), tag=execution
+            )
+            workers.shape_pool = pools.shapes.acquire(lambda: WorkerPool(pools.shape_config), tag=pools.shape_config)
+        yield workers
     finally:
-        for pool in held:
-            pool.close()
+        workers.close()
 
 
 def _generate(
@@ -163,15 +182,14 @@ def _generate(
     quota: dict[str, int],
     work_root: str,
     session: SessionClock,
-    execution: ExecutionConfig,
-    pools: Pools,
-    held: list[WorkerPool],
+    workers: RunWorkers,
 ) -> RunResult:
+    execution, pools = workers.execution, workers.pools
     state = RunState(Selector(quota))
     selector = state.selector
     started = time.monotonic()
     monitor = GpuBusyMonitor().__enter__() if execution.device == "cuda" else None
-    session.extra = lambda: _gpu_record(monitor, held[0] if held else None, session.t0, held[1] if held else None)
+    session.extra = lambda: _gpu_record(monitor, workers.execution_pool, session.t0, workers.shape_pool)
     beside: Beside | None = None  # the next round, its CPU stages run beside this one's execution
     shown = display.active()
     try:
@@ -216,12 +234,12 @@ def _generate(
             state.close_round(inputs, new_accepted, new_rejected, resumed, asked, t0, log)
             del new_accepted, new_rejected
         shown.rows(selector.rows.total(), selector.quota_total())
-        if held:
-            held[0].retire()  # the execution's workers end while the dataset is written
+        if workers.execution_pool is not None:
+            workers.execution_pool.retire()  # the execution's workers end while the dataset is written
         if beside is not None:
             beside.wait(lambda *_: None)  # a round prepared ahead but not needed: done before its pools close
-        for pool in held[1:]:
-            pool.retire()
+        if workers.shape_pool is not None:
+            workers.shape_pool.retire()
     finally:
         if monitor is not None:
             monitor.__exit__(None, None, None)
