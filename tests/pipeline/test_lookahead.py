@@ -1,6 +1,8 @@
 """The next round's first candidates, started as this round's execution ends: only those its fill point asks
 for whatever this round's verdicts to come, and the dataset the same as without them."""
 
+import shutil
+
 from datasets import load_dataset
 
 from opsynth.commands.cli import main
@@ -72,7 +74,14 @@ def test_the_dataset_is_the_same_with_and_without_candidates_started_ahead(tmp_p
     monkeypatch.setattr(Beside, "candidates", ready)
     monkeypatch.setattr(StartAhead, "__call__", counted)
     monkeypatch.setattr(opsynth.pipeline.run, "helpers_for", lambda: 2)
-    assert main(["generate", "--out", str(tmp_path / "ahead"), *argv]) == 0
+    # A worker asks for a job ahead when it is idle while the other still runs round 0's last; on a loaded
+    # machine the pool may collect both last verdicts in one look and ask for none: a run then starts nothing
+    # ahead, and is made again (the dataset it compares is one that did).
+    for _ in range(3):
+        shutil.rmtree(tmp_path / "ahead", ignore_errors=True)
+        assert main(["generate", "--out", str(tmp_path / "ahead"), *argv]) == 0
+        if started:
+            break
     assert started, "some of round 1's candidates started while round 0's last ones ran"
     plain, ahead = (load_dataset(str(tmp_path / d), split="train") for d in ("plain", "ahead"))
     assert plain["id"] == ahead["id"]
