@@ -87,7 +87,6 @@ def _execute_catalog(entries, device: str, compile_check: bool) -> int:
     as `generate` runs its candidates (a task that crashes costs its own try); the number that fail."""
     from opsynth.commands.arguments import default_workers
     from opsynth.commands.catalog_check import execute_entries
-    from opsynth.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TARGET, CALIBRATION_TRIES
     from opsynth.filters.execution import execution_config
     from opsynth.filters.workers import WorkerPool
 
@@ -96,8 +95,7 @@ def _execute_catalog(entries, device: str, compile_check: bool) -> int:
     config = execution_config(device, workload.runtime_window_ms, workload.timeout_s, compile_check, workers)
     checked = [e for e in entries if not e.excluded]
     with WorkerPool(config) as pool:
-        errors = execute_entries(checked, workload, pool, CALIBRATION_TRIES, CALIBRATION_MAX_FACTOR,
-                                 target=CALIBRATION_TARGET)  # fmt: skip
+        errors = execute_entries(checked, workload, pool)
     failures = 0
     for entry in checked:
         if errors[entry.name]:

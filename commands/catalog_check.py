@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass
 from functools import partial
 
+from opsynth.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TARGET, CALIBRATION_TRIES
 from opsynth.filters.calibration import run_calibrated
 from opsynth.filters.shape_check import check_shapes
 from opsynth.filters.workers import Job, WorkerPool
@@ -84,16 +85,11 @@ def _rescaled(item: _EntryTask, factor: float, workload: Workload) -> _EntryTask
 
 
 def execute_entries(
-    entries: list[OpEntry],
-    workload: Workload,
-    pool: WorkerPool,
-    calibration_steps: int,
-    max_factor: float,
-    tries: int = 8,
-    target: float = 0.5,
+    entries: list[OpEntry], workload: Workload, pool: WorkerPool, tries: int = 8
 ) -> dict[str, str | None]:
     """Per entry name: None when a task with the entry passes every execution check of `pool`'s workers, its
-    batch calibrated into the runtime window as `generate` does; else why its tries failed.
+    batch calibrated into the runtime window as `generate` does (its calibration settings); else why its tries
+    failed.
 
     An entry is tried alone first; an operator too cheap to reach the window at any batch the workload allows
     (a view, an identity) is then tried after a linear layer, as it would occur in a generated chain. Each try
@@ -120,9 +116,9 @@ def execute_entries(
             job_of=lambda item: Job(item.entry.name, item.task.source, item.attempt),
             rescale=partial(_rescaled, workload=workload),
             window=pool.cfg.runtime_window_ms,
-            tries=calibration_steps,
-            max_factor=max_factor,
-            target=target,
+            tries=CALIBRATION_TRIES,
+            max_factor=CALIBRATION_MAX_FACTOR,
+            target=CALIBRATION_TARGET,
         )
         for item, verdict, _ in results:
             if verdict.kept:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from opsynth.commands.catalog_check import check_entry, execute_entries
-from opsynth.config import CALIBRATION_MAX_FACTOR, CALIBRATION_TRIES, WORKLOADS
+from opsynth.config import WORKLOADS
 from opsynth.filters.execution import execution_config
 from opsynth.filters.workers import WorkerPool
 from opsynth.operator_catalog import OpEntry, all_entries, get
@@ -81,7 +81,7 @@ EXECUTE_CONFIG = execution_config(
 def executed_entries() -> dict[str, str | None]:
     """Every entry's task through the execution filters on the CPU, in the contained workers of one pool."""
     with WorkerPool(EXECUTE_CONFIG) as pool:
-        return execute_entries(ENTRIES, WORKLOADS["tiny"], pool, CALIBRATION_TRIES, CALIBRATION_MAX_FACTOR)
+        return execute_entries(ENTRIES, WORKLOADS["tiny"], pool)
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
