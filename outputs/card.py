@@ -180,7 +180,7 @@ def render_card(stats: dict, splits: dict[str, dict], dataset: str | None = None
             ("seed", cfg["seed"]),
             ("workload", cfg["workload"]),
             ("device", stats["device"]),
-            ("eager runtime window", f"[{window[0]}, {window[1]}] ms"),
+            ("eager runtime window", f"[{window[0]}, {window[1]}] ms{_kept_inside(cfg.get('keep_margin'))}"),
             ("torch.compile check", "on" if cfg["compile_check"] else "off"),
             ("KernelBench reference", cfg["kernelbench"]),
             ("KernelBench AST similarity threshold", cfg["similarity_threshold"]),
@@ -255,3 +255,7 @@ def card_for(folder: Path, dataset: str) -> str:
     """The card of a finished folder, its load example naming `dataset` (the Hub repository it goes to)."""
     stats = json.loads((folder / "stats.json").read_text())
     return render_card(stats, folder_splits(folder), dataset)
+
+
+def _kept_inside(margin: float | None) -> str:
+    return f", rows kept {margin:.0%} inside it" if margin else ""

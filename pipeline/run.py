@@ -25,7 +25,7 @@ from pathlib import Path
 
 from apache_beam.utils.shared import Shared
 
-from opsynth.config import MAX_IDLE_ROUNDS
+from opsynth.config import KEEP_MARGIN, MAX_IDLE_ROUNDS
 from opsynth.data_sources import kind
 from opsynth.errors import OpsynthError, UsageError
 from opsynth.filters.execution import ExecutionConfig, execution_config
@@ -91,6 +91,7 @@ def generate(
             options.compile_check,
             options.workers,
             options.shared_checks,
+            KEEP_MARGIN,
         )
         here = runs_in_this_process(beam_args)
         # The workers start first: they import torch and set up their device while this process warms up and

@@ -1,5 +1,7 @@
 """The execution checks through the worker pool on CPU: the code path the GPU stage uses."""
 
+import functools
+
 import pytest
 import torch
 import torch._dynamo
@@ -408,6 +410,38 @@ def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(ev
         assert "compile_ms" not in cuda_timings(model, inputs, eager_out, no_check, None, PhaseClock(),
                                                  {"eager_ms": events_ms}, timer)  # fmt: skip
         assert seen == [["eager_timing"]]
+
+
+@pytest.mark.parametrize(
+    ("eager_ms", "reason"),
+    [(1.05, RUNTIME_BELOW_WINDOW), (1.1, None), (50.0, None), (90.9, None), (95.0, RUNTIME_ABOVE_WINDOW)],
+)
+def test_generate_keeps_a_task_only_its_margin_inside_the_window(eager_ms, reason):
+    """A final timing within the keep margin of an end is outside for generate (it would fall out when measured
+    again), inside for validate, which judges by the window itself; the events' prescreen uses the window."""
+    import contextlib
+
+    from opsynth.config import KEEP_MARGIN
+    from opsynth.filters.execution import cuda_timings, execution_config
+    from opsynth.filters.timing import PhaseClock
+    from opsynth.filters.verdicts import CheckFailed
+
+    def timer(runs, inputs, iters, lock, clock):
+        return [eager_ms for _ in runs]
+
+    generate = execution_config("cuda", (1.0, 100.0), 10, False, 1, keep_margin=KEEP_MARGIN)
+    validate = execution_config("cuda", (1.0, 100.0), 10, False, 1)
+    assert KEEP_MARGIN == 0.1  # the cases above sit on either side of it
+    judge = [(validate, None), (generate, reason)]
+    for cfg, expected in judge:
+        timed = functools.partial(cuda_timings, None, [], [], cfg, contextlib.nullcontext(), PhaseClock(),
+                                  {"eager_ms": eager_ms}, timer)  # fmt: skip
+        if expected is None:
+            assert timed()["eager_ms"] == eager_ms
+        else:
+            with pytest.raises(CheckFailed) as failed:
+                timed()
+            assert failed.value.verdict.reason == expected and "10% margin" in failed.value.verdict.detail
 
 
 def test_a_draws_outputs_are_reduced_as_they_come_and_not_kept():
