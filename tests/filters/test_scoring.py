@@ -117,8 +117,12 @@ def test_a_task_that_does_not_run_is_not_the_solutions_fault(tmp_path):
         _score(CORRECT, tmp_path, task=TASK.replace("return [torch.randn(16, 32)]", "raise ValueError('boom')"))
 
 
-CPP_SOURCE = """#include <torch/extension.h>
-torch::Tensor twice_relu(torch::Tensor y) { return torch::clamp_min(y, 0) * 2; }
+# A C++ extension built as torch builds one (torch's include paths and flags), its tensor work done through
+# Python objects: pybind11 alone builds in seconds, where torch/extension.h takes half a minute on 2 cores, and the
+# scorer builds either the same way (the H200 runs have built .cu kernels with torch's headers).
+CPP_SOURCE = """#include <pybind11/pybind11.h>
+namespace py = pybind11;
+py::object twice_relu(py::object y) { return y.attr("clamp_min")(0).attr("mul")(2); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice_relu", &twice_relu); }
 """
 WITH_EXTENSION = "import cuda_extension\n" + HEADER + \
@@ -136,7 +140,7 @@ def _folder_builds_and_a_broken_source_does_not(tmp_path) -> None:
     (folder / "ops.cpp").write_text(CPP_SOURCE)
     built = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
     assert built.reward == 3, built.reason
-    (folder / "ops.cpp").write_text("retrun 0;\n" + CPP_SOURCE)  # fails before the (slow) torch headers
+    (folder / "ops.cpp").write_text("retrun 0;\n" + CPP_SOURCE)
     broken = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
     assert broken.reward == -1 and "its sources do not build" in broken.reason and "retrun" in broken.reason
 
