@@ -1,9 +1,12 @@
-"""The Beam graphs of one round, as JSON lines in and out. A round is two pipelines, so that a run resumed
+"""The Beam graphs of one round, as JSON lines in and out. A round has two parts, so that a run resumed
 mid-round starts again at the execution (the GPU's work) without redoing its CPU stages:
 
 prepare:  specs -> ComposeCandidates -> CheckShapes -> DecontaminateAgainstKernelBench -> DedupWithinSet
           -> prepared;  every stage's rejections -> rejected-prepare
 execute:  prepared -> ExecuteCandidates -> accepted;  its rejections -> rejected-execute
+
+Each is a composite transform (`PrepareRound`, `ExecuteRound`), so that one pipeline may hold a round's
+execution and the next round's CPU stages side by side (see round_pipelines).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from opsynth.options import GenerateOptions
 from opsynth.pipeline.dedup_stage import DedupWithinSet
 from opsynth.pipeline.execution_stage import ExecuteCandidates
 from opsynth.pipeline.stages import (
+    CPU_STAGES,
     KEPT,
     REJECTED,
     CheckShapes,
@@ -58,6 +62,9 @@ PENDING_KEYS = "pending-keys.txt"
 PENDING_GRAPH_ROWS = "pending-graph-rows.jsonl"
 
 
+PREPARE_STAGES = (*CPU_STAGES, "dedup")  # the stages of `PrepareRound`, as their work counters name them
+
+
 def build_prepare(
     p: beam.Pipeline,
     specs: list[CandidateSpec],
@@ -69,24 +76,38 @@ def build_prepare(
     shape_pool: Shared | None = None,
     sizing: Sizing | None = None,
 ) -> None:
+    """A round's CPU stages (`PrepareRound`) added to `p`."""
+    _ = p | "PrepareRound" >> PrepareRound(specs, options, dedup_files, round_dir, shape_config, graph_caps,
+                                           shape_pool, sizing)  # fmt: skip
+
+
+class PrepareRound(beam.PTransform):
     """A round's CPU stages: specs in, `PREPARED` candidates and `PREPARE_REJECTED` rejections out. The shape
     check runs its candidates in worker processes of `shape_config` (shared through `shape_pool`), and sizes
     them by `sizing` where given; the dedup reads what earlier rounds left (`dedup_files`: their SEEN_KEYS and
     GRAPH_ROWS files, or PENDING_KEYS and PENDING_GRAPH_ROWS)."""
-    workload = options.sizes
-    composed = (
-        p
-        | "CandidateSpecs" >> beam.Create(specs)
-        | "ComposeCandidates" >> ComposeCandidates(workload, options.op_weights)
-    )
-    shaped = composed[KEPT] | "CheckShapes" >> CheckShapes(shape_config, shape_pool, sizing=sizing)
-    clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
-        options.kernelbench, options.similarity_threshold, options.jaccard_threshold
-    )
-    unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(graph_caps, *dedup_files)
-    rejected = tuple(s[REJECTED] for s in (composed, shaped, clean, unique)) | "AllRejections" >> beam.Flatten()
-    _ = unique[KEPT] | "WritePrepared" >> WriteRecords(f"{round_dir}/{PREPARED}")
-    _ = rejected | "WriteRejected" >> WriteRecords(f"{round_dir}/{PREPARE_REJECTED}")
+
+    def __init__(self, specs, options, dedup_files, round_dir, shape_config, graph_caps=None, shape_pool=None,
+                 sizing=None):  # fmt: skip
+        super().__init__()
+        self.specs, self.options, self.dedup_files, self.round_dir = specs, options, dedup_files, round_dir
+        self.shape_config, self.graph_caps, self.shape_pool, self.sizing = shape_config, graph_caps, shape_pool, sizing
+
+    def expand(self, pbegin):
+        options = self.options
+        composed = (
+            pbegin
+            | "CandidateSpecs" >> beam.Create(self.specs)
+            | "ComposeCandidates" >> ComposeCandidates(options.sizes, options.op_weights)
+        )
+        shaped = composed[KEPT] | "CheckShapes" >> CheckShapes(self.shape_config, self.shape_pool, sizing=self.sizing)
+        clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
+            options.kernelbench, options.similarity_threshold, options.jaccard_threshold
+        )
+        unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(self.graph_caps, *self.dedup_files)
+        rejected = tuple(s[REJECTED] for s in (composed, shaped, clean, unique)) | "AllRejections" >> beam.Flatten()
+        _ = unique[KEPT] | "WritePrepared" >> WriteRecords(f"{self.round_dir}/{PREPARED}")
+        return rejected | "WriteRejected" >> WriteRecords(f"{self.round_dir}/{PREPARE_REJECTED}")
 
 
 def build_execute(
@@ -100,31 +121,51 @@ def build_execute(
     wanted: dict[str, int] | None = None,
     report: bool = True,
 ) -> None:
+    """A round's execution stage (`ExecuteRound`) added to `p`."""
+    _ = p | "ExecuteRound" >> ExecuteRound(prepared_files, options, execution, round_dir, progress_dir, pool, wanted,
+                                           report)  # fmt: skip
+
+
+class ExecuteRound(beam.PTransform):
     """A round's execution stage: the `PREPARED` files in, `ACCEPTED` candidates and `EXECUTE_REJECTED` out. The
     candidates are reshuffled first, so that a distributed runner spreads them over its workers whatever files
     the CPU stages wrote them to; the execution alone carries the run's accelerator hint, if it has one.
     `wanted`: accepted candidates asked of each data source, past which the stage may skip candidates. `report`:
     the stage reports its progress where it runs (in the driver's process; elsewhere the driver reads it from
     the checkpoints, see progress.CheckpointWatch)."""
-    candidates = (
-        p
-        | "PreparedFiles" >> beam.Create(prepared_files)
-        | "ReadPrepared" >> beam.io.ReadAllFromText()
-        | "ParsePrepared" >> beam.Map(lambda line: Candidate.from_json(unsealed(json.loads(line))))
-        | "SpreadOverWorkers" >> beam.Reshuffle()
-    )
-    execute = ExecuteCandidates(
-        execution,
-        options.batch_size,
-        options.sizes,
-        progress_dir,
-        options.op_weights,
-        pool,
-        wanted,
-        report=report and not options.quiet,
-    )
-    if options.accelerator:
-        execute = execute.with_resource_hints(accelerator=options.accelerator)
-    executed = candidates | "ExecuteCandidates" >> execute
-    _ = executed[KEPT] | "WriteAccepted" >> WriteRecords(f"{round_dir}/{ACCEPTED}")
-    _ = executed[REJECTED] | "WriteRejected" >> WriteRecords(f"{round_dir}/{EXECUTE_REJECTED}")
+
+    def __init__(self, prepared_files, options, execution, round_dir, progress_dir, pool=None, wanted=None,
+                 report=True):  # fmt: skip
+        super().__init__()
+        self.prepared_files, self.options, self.execution, self.round_dir = (
+            prepared_files,
+            options,
+            execution,
+            round_dir,
+        )
+        self.progress_dir, self.pool, self.wanted, self.report = progress_dir, pool, wanted, report
+
+    def expand(self, pbegin):
+        options = self.options
+        candidates = (
+            pbegin
+            | "PreparedFiles" >> beam.Create(self.prepared_files)
+            | "ReadPrepared" >> beam.io.ReadAllFromText()
+            | "ParsePrepared" >> beam.Map(lambda line: Candidate.from_json(unsealed(json.loads(line))))
+            | "SpreadOverWorkers" >> beam.Reshuffle()
+        )
+        execute = ExecuteCandidates(
+            self.execution,
+            options.batch_size,
+            options.sizes,
+            self.progress_dir,
+            options.op_weights,
+            self.pool,
+            self.wanted,
+            report=self.report and not options.quiet,
+        )
+        if options.accelerator:
+            execute = execute.with_resource_hints(accelerator=options.accelerator)
+        executed = candidates | "ExecuteCandidates" >> execute
+        _ = executed[KEPT] | "WriteAccepted" >> WriteRecords(f"{self.round_dir}/{ACCEPTED}")
+        return executed[REJECTED] | "WriteRejected" >> WriteRecords(f"{self.round_dir}/{EXECUTE_REJECTED}")

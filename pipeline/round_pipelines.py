@@ -1,5 +1,6 @@
-"""A round's two Beam pipelines, its CPU stages and then its execution, each run unless its outputs are there
-and intact; the CPU stages of the next round on a thread beside this one's execution.
+"""A round's two parts, its CPU stages and then its execution, each run unless its outputs are there and
+intact; the CPU stages of the next round beside this one's execution: in this process, a pipeline of their own
+on a thread; on any other runner, in the execution's pipeline (one job per round).
 
 A round's outputs land under `WORK/round-NNNNN/` (see `rounds`) and are marked complete only after its
 pipeline finished, so a run started again resumes at the first incomplete one.
@@ -26,7 +27,14 @@ from opsynth.errors import OpsynthError
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.pipeline import display, workfiles
 from opsynth.pipeline.execution_stage import execution_order
-from opsynth.pipeline.graph import ACCEPTED, EXECUTE_REJECTED, PREPARED, build_execute, build_prepare
+from opsynth.pipeline.graph import (
+    ACCEPTED,
+    EXECUTE_REJECTED,
+    PREPARE_STAGES,
+    PREPARED,
+    build_execute,
+    build_prepare,
+)
 from opsynth.pipeline.progress import CheckpointWatch, ExecutionProgress
 from opsynth.pipeline.rounds import (
     CHECKPOINTED_FILE,
@@ -105,19 +113,21 @@ def round_inputs(number, plan, tried, seed, work_root, finished, graph_caps, siz
 
 
 def round_results(
-    inputs: RoundInputs, options, execution, work_root, beam_args, pools, log, wanted=None, before_execution=None
-) -> tuple[list[Candidate], list[Rejection], bool]:
+    inputs: RoundInputs, options, execution, work_root, beam_args, pools, log, wanted=None, before_execution=None,
+    also_prepare: RoundInputs | None = None,
+) -> tuple[list[Candidate], list[Rejection], bool]:  # fmt: skip
     """A round's accepted candidates and rejections, and whether it had finished before: run (or finished)
     where it had not. A finished round whose records are damaged, or do not account for its candidates (a run
     that failed wrote them), runs again from its CPU stages; the execution's checkpoints spare its GPU work.
-    `before_execution()` is called once its CPU stages are done and its execution is to start."""
+    `before_execution()` is called once its CPU stages are done and its execution is to start; `also_prepare`
+    (the next round) is prepared in its execution's pipeline (see `execute_round`)."""
     r, round_dir, specs = inputs.number, inputs.round_dir, inputs.specs
 
     def run() -> None:
         prepare_round(inputs, options, execution, beam_args, pools, log)
         if before_execution is not None:
             before_execution()
-        execute_round(inputs, options, execution, work_root, beam_args, pools, wanted)
+        execute_round(inputs, options, execution, work_root, beam_args, pools, wanted, log, also_prepare)
 
     resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
     if not resumed:
@@ -146,36 +156,51 @@ def run_pipeline(beam_args: list[str], build: Callable[[beam.Pipeline], None]) -
     return stage_work_seconds(result)
 
 
+def _prepare_build(inputs: RoundInputs, options, execution, pools: Pools, here_config: bool) -> Callable:
+    """A round's folder made ready for its CPU stages (emptied, its plan written), and what adds the stages to a
+    pipeline. `here_config`: the shape check's workers are the run's (the stages run with its own Beam options);
+    else one of their own per process."""
+    round_dir, specs = inputs.round_dir, inputs.specs
+    workfiles.delete(round_dir)
+    workfiles.mkdirs(round_dir)
+    plan = Counter(spec.data_source for spec in specs)
+    workfiles.write_text(workfiles.join(round_dir, PLAN_FILE), json.dumps(dict(plan)))
+    if inputs.beside is not None:
+        leave_pending(inputs.beside)  # again: a resumed run may have lost it
+    shape_config = pools.shape_config if here_config else shape_check_config(execution)
+    return partial(build_prepare, specs=specs, options=options, dedup_files=inputs.dedup_files, round_dir=round_dir,
+                   shape_config=shape_config, graph_caps=inputs.graph_caps, shape_pool=pools.shapes,
+                   sizing=inputs.sizing)  # fmt: skip
+
+
+def _mark_prepared(round_dir: str, work: dict[str, float]) -> None:
+    workfiles.write_text(workfiles.join(round_dir, PREPARE_WORK_FILE), json.dumps(work, sort_keys=True))
+    workfiles.write_text(workfiles.join(round_dir, PREPARED_MARKER), "")
+
+
+def is_prepared(round_dir: str, log=print) -> bool:
+    """Whether a round's CPU stages are done and their output intact (a damaged one loses its mark)."""
+    marker = workfiles.join(round_dir, PREPARED_MARKER)
+    if workfiles.exists(marker) and not intact(workfiles.join(round_dir, f"{PREPARED}-*.jsonl")):
+        log(f"{round_dir}: the output of its CPU stages is damaged; running them again")
+        workfiles.delete(marker)
+    return workfiles.exists(marker)
+
+
 def prepare_round(
     inputs: RoundInputs, options, execution, beam_args: list[str], pools: Pools, log=print, spread: bool = True
 ) -> None:
     """A round's CPU stages, unless they are done (`PREPARED_MARKER`) and their output intact. Interrupted, they
     are done again whole. `spread`: on several processes where the round is large (see `prepare_args`); a
     round prepared beside an execution runs in this process instead, leaving the cores to the compiles."""
-    round_dir, specs = inputs.round_dir, inputs.specs
 
     def prepare(args: list[str]) -> dict[str, float]:
-        workfiles.delete(round_dir)
-        workfiles.mkdirs(round_dir)
-        plan = Counter(spec.data_source for spec in specs)
-        workfiles.write_text(workfiles.join(round_dir, PLAN_FILE), json.dumps(dict(plan)))
-        if inputs.beside is not None:
-            leave_pending(inputs.beside)  # again: a resumed run may have lost it
-        shape_config = pools.shape_config if args is beam_args else shape_check_config(execution)
-        caps, sizing = inputs.graph_caps, inputs.sizing
-        build = partial(build_prepare, specs=specs, options=options, dedup_files=inputs.dedup_files,
-                        round_dir=round_dir, shape_config=shape_config, graph_caps=caps, shape_pool=pools.shapes,
-                        sizing=sizing)  # fmt: skip
-        return run_pipeline(args, build)
+        return run_pipeline(args, _prepare_build(inputs, options, execution, pools, args is beam_args))
 
-    prepared = workfiles.join(round_dir, f"{PREPARED}-*.jsonl")
-    if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)) and not intact(prepared):
-        log(f"{round_dir}: the output of its CPU stages is damaged; running them again")
-        workfiles.delete(workfiles.join(round_dir, PREPARED_MARKER))
-    if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
+    if is_prepared(inputs.round_dir, log):
         return
-    several = prepare_args(beam_args, len(specs)) if spread else beam_args
-    with display.active().stage(f"round {inputs.number}: CPU stages", total=len(specs)) as bar:
+    several = prepare_args(beam_args, len(inputs.specs)) if spread else beam_args
+    with display.active().stage(f"round {inputs.number}: CPU stages", total=len(inputs.specs)) as bar:
         try:
             work = prepare(several)
         except Exception as e:
@@ -187,13 +212,17 @@ def prepare_round(
             if bar is not None:
                 bar.show(0)
             work = prepare(beam_args)
-    workfiles.write_text(workfiles.join(round_dir, PREPARE_WORK_FILE), json.dumps(work, sort_keys=True))
-    workfiles.write_text(workfiles.join(round_dir, PREPARED_MARKER), "")
+    _mark_prepared(inputs.round_dir, work)
 
 
-def execute_round(inputs: RoundInputs, options, execution, work_root, beam_args, pools: Pools, wanted=None) -> None:
+def execute_round(
+    inputs: RoundInputs, options, execution, work_root, beam_args, pools: Pools, wanted=None, log=print,
+    also_prepare: RoundInputs | None = None,
+) -> None:  # fmt: skip
     """A prepared round's execution; interrupted, it starts again, its checkpointed results reused. Its progress
-    is shown (display) as its verdicts come in, or where it runs in other processes, as they are checkpointed."""
+    is shown (display) as its verdicts come in, or where it runs in other processes, as they are checkpointed.
+    `also_prepare`: the next round, whose CPU stages (unless done) run in the same pipeline, beside the
+    execution: one job per round on a distributed runner, where each job has its start-up."""
     round_dir = inputs.round_dir
     for leftover in (f"{ACCEPTED}-*", f"{EXECUTE_REJECTED}-*", "beam-temp-*"):
         workfiles.delete_matching(workfiles.join(round_dir, leftover))
@@ -202,14 +231,22 @@ def execute_round(inputs: RoundInputs, options, execution, work_root, beam_args,
     workfiles.mkdirs(progress)
     work = workfiles.read_json(workfiles.join(round_dir, PREPARE_WORK_FILE), {})
     here = runs_in_this_process(beam_args)
-    build = partial(build_execute, prepared_files=prepared_files, options=options, execution=execution,
-                    round_dir=round_dir, progress_dir=progress, pool=pools.execution, wanted=wanted,
-                    report=here)  # fmt: skip
+    builds = [
+        partial(build_execute, prepared_files=prepared_files, options=options, execution=execution,
+                round_dir=round_dir, progress_dir=progress, pool=pools.execution, wanted=wanted, report=here)
+    ]  # fmt: skip
+    if also_prepare is not None and not is_prepared(also_prepare.round_dir, log):
+        log(f"round {also_prepare.number}: {len(also_prepare.specs)} candidates, prepared in the round before's job")
+        builds.append(_prepare_build(also_prepare, options, execution, pools, True))
+    else:
+        also_prepare = None
     with (
         display.active().stage(f"round {inputs.number}: execution", unit="kept") as bar,
         contextlib.nullcontext() if here else _watch(round_dir, progress, wanted, bar),
     ):
-        executed = run_pipeline(beam_args, build)
+        executed = run_pipeline(beam_args, lambda p: [build(p) for build in builds])
+    if also_prepare is not None:
+        _mark_prepared(also_prepare.round_dir, {s: executed.pop(s) for s in PREPARE_STAGES if s in executed})
     for stage, seconds in executed.items():
         work[stage] = work.get(stage, 0.0) + seconds
     workfiles.write_text(workfiles.join(round_dir, WORK_FILE), json.dumps(work, sort_keys=True))

@@ -186,6 +186,7 @@ def _generate(
     workers: RunWorkers,
 ) -> RunResult:
     execution, pools = workers.execution, workers.pools
+    here = runs_in_this_process(beam_args)
     state = RunState(Selector(quota))
     selector = state.selector
     started = time.monotonic()
@@ -225,10 +226,13 @@ def _generate(
             if beside is not None:  # its first candidates may start as this round's execution ends
                 next_round = NextRound(beside.candidates, selector.missing(), asked)
                 lookahead.register(progress_dir(work_root, round_dir), next_round)
+            # In this process the next round's CPU stages are a pipeline of their own, on a thread beside this
+            # round's execution; elsewhere (a distributed runner) they join its pipeline: one job per round.
+            start_beside = None if beside is None or not here else partial(beside.start, prepare, log)
             try:
                 new_accepted, new_rejected, resumed = round_results(
-                    inputs, options, execution, work_root, beam_args, pools, log, asked,
-                    before_execution=None if beside is None else partial(beside.start, prepare, log),
+                    inputs, options, execution, work_root, beam_args, pools, log, asked, before_execution=start_beside,
+                    also_prepare=None if beside is None or here else beside.inputs,
                 )  # fmt: skip
             finally:
                 lookahead.register(progress_dir(work_root, round_dir), None)

@@ -152,12 +152,26 @@ def beam_worker_pool():
         pool.wait()
 
 
-def test_same_seed_same_dataset_on_every_runner_and_resume_after_losing_the_outputs(tmp_path, capsys, beam_worker_pool):
-    # A window no task can leave: timing noise at a window's edge may legitimately change a verdict.
+def test_same_seed_same_dataset_on_every_runner_and_resume_after_losing_the_outputs(
+    tmp_path, capsys, beam_worker_pool, monkeypatch
+):
+    import opsynth.pipeline.planning
+    import opsynth.pipeline.round_pipelines
+
+    # A pilot of 4 candidates: several rounds, the next one's CPU stages made during each execution. A window no
+    # task can leave: timing noise at a window's edge may legitimately change a verdict.
+    monkeypatch.setattr(opsynth.pipeline.planning, "PILOT_CANDIDATES", 4)
+    jobs = []
+    one_pipeline = opsynth.pipeline.round_pipelines.run_pipeline
+    monkeypatch.setattr(
+        opsynth.pipeline.round_pipelines, "run_pipeline", lambda *a: jobs.append(a[0]) or one_pipeline(*a)
+    )
     argv = ["--num-samples", "10", "--seed", "11", *TINY, "--no-compile-check", "--runtime-window-ms", "0,10000"]
     assert main(["generate", "--out", str(tmp_path / "a"), *argv]) == 0
     shown = capsys.readouterr()
     assert "round 0:" in shown.err and shown.out.startswith("wrote 10 rows to ")
+    rounds = len(json.loads((tmp_path / "a" / "stats.json").read_text())["rounds"])
+    assert rounds >= 2 and len(jobs) >= 2 * rounds  # in this process: its CPU stages and its execution apart
     multi = ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]
     assert main(["generate", "--out", str(tmp_path / "c"), *argv, *multi, "--quiet"]) == 0
     shown = capsys.readouterr()
@@ -166,8 +180,13 @@ def test_same_seed_same_dataset_on_every_runner_and_resume_after_losing_the_outp
     # folder (an object store on a distributed runner); its progress reaches this terminal from the checkpoints.
     portable = ["--runner", "PortableRunner", "--job_endpoint", "embed", "--environment_type", "EXTERNAL",
                 "--environment_config", beam_worker_pool]  # fmt: skip
+    jobs.clear()
     assert main(["generate", "--out", str(tmp_path / "d"), "--work-dir", str(tmp_path / "work"), *argv, *portable]) == 0
     shown = capsys.readouterr()
+    # One job per round on a distributed runner (its execution and the next round's CPU stages), and round 0's
+    # CPU stages; no other round is prepared apart (a round planned ahead but not needed may add one job).
+    assert "prepared in the round before's job" in shown.err
+    assert rounds + 1 <= len(jobs) <= rounds + 2
     assert re.search(r"\n  executed \d+ of at most \d+ candidates, kept \d+ of the \d+ needed", shown.err), shown.err
     assert sorted(p.name for p in (tmp_path / "d" / ".opsynth").iterdir()) == ["config.json", "lock"]
     assert (tmp_path / "work" / "round-00000" / "_SUCCESS").exists()

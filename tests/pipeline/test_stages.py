@@ -256,8 +256,9 @@ def _predicted(code: str, speed) -> float:
 HINT = "type:nvidia-l4;count:1;install-nvidia-driver"
 
 
-def _built_pipelines() -> tuple[beam.Pipeline, beam.Pipeline]:
-    """A round's two pipelines (its CPU stages, its execution), built but not run."""
+def _built_pipelines() -> tuple[beam.Pipeline, beam.Pipeline, beam.Pipeline]:
+    """A round's two parts (its CPU stages, its execution) as two pipelines, and both in one, as a distributed
+    runner gets a round's execution and the next round's CPU stages; built but not run."""
     from opsynth.config import OPS6K_MIXTURE
     from opsynth.filters.execution import execution_config
     from opsynth.options import GenerateOptions
@@ -270,10 +271,12 @@ def _built_pipelines() -> tuple[beam.Pipeline, beam.Pipeline]:
         jaccard_threshold=0.85, compile_check=False, timeout_s=60, workers=2, batch_size=64, accelerator=HINT,
     )  # fmt: skip
     execution = execution_config("cpu", (0.005, 50.0), 60, False, 2)
-    prepare, execute = beam.Pipeline(), beam.Pipeline()
-    build_prepare(prepare, [CandidateSpec("torch#1", 0, 0)], options, [], "r", shape_check_config(execution))
-    build_execute(execute, ["r/prepared-0.jsonl"], options, execution, "r", "progress")
-    return prepare, execute
+    prepare, execute, both = beam.Pipeline(), beam.Pipeline(), beam.Pipeline()
+    for p in (prepare, both):
+        build_prepare(p, [CandidateSpec("torch#1", 0, 0)], options, [], "r1", shape_check_config(execution))
+    for p in (execute, both):
+        build_execute(p, ["r/prepared-0.jsonl"], options, execution, "r", "progress")
+    return prepare, execute, both
 
 
 def test_building_the_pipelines_prints_no_beam_warning(caplog):
@@ -285,15 +288,15 @@ def test_building_the_pipelines_prints_no_beam_warning(caplog):
 
 def test_only_the_execution_carries_the_accelerator_hint_and_its_candidates_are_reshuffled():
     """A distributed runner may then run the CPU stages on CPU workers, and spreads a round's candidates."""
-    prepare, execute = _built_pipelines()
-    hinted, names = set(), set()
-    for p in (prepare, execute):
-        proto = p.to_runner_api()
-        for transform in proto.components.transforms.values():
-            names.add(transform.unique_name)
-            environment = proto.components.environments.get(transform.environment_id)
-            if environment is not None and environment.resource_hints:
-                assert environment.resource_hints["beam:resources:accelerator:v1"] == HINT.encode()
-                hinted.add(transform.unique_name.split("/")[0])
-    assert hinted == {"ExecuteCandidates"}
-    assert "SpreadOverWorkers" in names
+    for pipelines in (_built_pipelines()[:2], _built_pipelines()[2:]):
+        hinted, names = set(), set()
+        for p in pipelines:
+            proto = p.to_runner_api()
+            for transform in proto.components.transforms.values():
+                names.add(transform.unique_name)
+                environment = proto.components.environments.get(transform.environment_id)
+                if environment is not None and environment.resource_hints:
+                    assert environment.resource_hints["beam:resources:accelerator:v1"] == HINT.encode()
+                    hinted.add("/".join(transform.unique_name.split("/")[:2]))
+        assert hinted == {"ExecuteRound/ExecuteCandidates"}
+        assert {"ExecuteRound/SpreadOverWorkers", "PrepareRound/CheckShapes"} <= names
