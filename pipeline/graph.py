@@ -65,20 +65,9 @@ PENDING_GRAPH_ROWS = "pending-graph-rows.jsonl"
 PREPARE_STAGES = (*CPU_STAGES, "dedup")  # the stages of `PrepareRound`, as their work counters name them
 
 
-def build_prepare(
-    p: beam.Pipeline,
-    specs: list[CandidateSpec],
-    options: GenerateOptions,
-    dedup_files: tuple[list[str], list[str]],
-    round_dir: str,
-    shape_config: ExecutionConfig,
-    graph_caps: dict[str, int] | None = None,
-    shape_pool: Shared | None = None,
-    sizing: Sizing | None = None,
-) -> None:
-    """A round's CPU stages (`PrepareRound`) added to `p`."""
-    _ = p | "PrepareRound" >> PrepareRound(specs, options, dedup_files, round_dir, shape_config, graph_caps,
-                                           shape_pool, sizing)  # fmt: skip
+def build_prepare(p: beam.Pipeline, *args, **kwargs) -> None:
+    """A round's CPU stages (`PrepareRound`, of these arguments) added to `p`."""
+    _ = p | "PrepareRound" >> PrepareRound(*args, **kwargs)
 
 
 class PrepareRound(beam.PTransform):
@@ -87,8 +76,17 @@ class PrepareRound(beam.PTransform):
     them by `sizing` where given; the dedup reads what earlier rounds left (`dedup_files`: their SEEN_KEYS and
     GRAPH_ROWS files, or PENDING_KEYS and PENDING_GRAPH_ROWS)."""
 
-    def __init__(self, specs, options, dedup_files, round_dir, shape_config, graph_caps=None, shape_pool=None,
-                 sizing=None):  # fmt: skip
+    def __init__(
+        self,
+        specs: list[CandidateSpec],
+        options: GenerateOptions,
+        dedup_files: tuple[list[str], list[str]],
+        round_dir: str,
+        shape_config: ExecutionConfig,
+        graph_caps: dict[str, int] | None = None,
+        shape_pool: Shared | None = None,
+        sizing: Sizing | None = None,
+    ):
         super().__init__()
         self.specs, self.options, self.dedup_files, self.round_dir = specs, options, dedup_files, round_dir
         self.shape_config, self.graph_caps, self.shape_pool, self.sizing = shape_config, graph_caps, shape_pool, sizing
@@ -110,20 +108,9 @@ class PrepareRound(beam.PTransform):
         return rejected | "WriteRejected" >> WriteRecords(f"{self.round_dir}/{PREPARE_REJECTED}")
 
 
-def build_execute(
-    p: beam.Pipeline,
-    prepared_files: list[str],
-    options: GenerateOptions,
-    execution: ExecutionConfig,
-    round_dir: str,
-    progress_dir: str,
-    pool: Shared | None = None,
-    wanted: dict[str, int] | None = None,
-    report: bool = True,
-) -> None:
-    """A round's execution stage (`ExecuteRound`) added to `p`."""
-    _ = p | "ExecuteRound" >> ExecuteRound(prepared_files, options, execution, round_dir, progress_dir, pool, wanted,
-                                           report)  # fmt: skip
+def build_execute(p: beam.Pipeline, *args, **kwargs) -> None:
+    """A round's execution stage (`ExecuteRound`, of these arguments) added to `p`."""
+    _ = p | "ExecuteRound" >> ExecuteRound(*args, **kwargs)
 
 
 class ExecuteRound(beam.PTransform):
@@ -134,16 +121,26 @@ class ExecuteRound(beam.PTransform):
     the stage reports its progress where it runs (in the driver's process; elsewhere the driver reads it from
     the checkpoints, see progress.CheckpointWatch)."""
 
-    def __init__(self, prepared_files, options, execution, round_dir, progress_dir, pool=None, wanted=None,
-                 report=True):  # fmt: skip
+    def __init__(
+        self,
+        prepared_files: list[str],
+        options: GenerateOptions,
+        execution: ExecutionConfig,
+        round_dir: str,
+        progress_dir: str,
+        pool: Shared | None = None,
+        wanted: dict[str, int] | None = None,
+        report: bool = True,
+    ):
         super().__init__()
-        self.prepared_files, self.options, self.execution, self.round_dir = (
-            prepared_files,
-            options,
-            execution,
+        self.prepared_files, self.options, self.execution = prepared_files, options, execution
+        self.round_dir, self.progress_dir, self.pool, self.wanted, self.report = (
             round_dir,
+            progress_dir,
+            pool,
+            wanted,
+            report,
         )
-        self.progress_dir, self.pool, self.wanted, self.report = progress_dir, pool, wanted, report
 
     def expand(self, pbegin):
         options = self.options
