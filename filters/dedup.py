@@ -1,8 +1,9 @@
 """Within-set dedup: exact duplicates, repeats of one task, and repeats of one operator graph.
 
-Exact duplicates (the same normalized program) are dropped before execution. The selection then drops, in the
-run's order (so the dataset does not depend on how rounds split the candidates), a task already in the set and
-rows beyond a cap per operator graph (the ordered operator list).
+Repeats of a task (transformers: of an exact program) are dropped before execution, by the key the pipeline
+gives each candidate. The selection then drops, in the run's order (so the dataset does not depend on how rounds
+split the candidates), a task already in the set and rows beyond a cap per operator graph (the ordered operator
+list): what the execution's results may still bring about, since the dedup cannot know which candidates pass.
 
 What counts as the same task (`task_key`): the same operators, in the same order and spelling (module or
 function), with the same arguments and glue, on inputs of the same ranks, dtypes and extents, the batch

@@ -114,10 +114,11 @@ GRAPH_SIMILARITY_THRESHOLD = 0.9
 MAX_ROWS_PER_OP_GRAPH = 1  # rows that may share one ordered operator list (raised where a quota needs more)
 GRAPH_CAP_SLACK = 3  # where raised: this many times the rows per list an even spread would give
 # A round's candidates of a data source are needed, in index order, until as many are accepted as it misses
-# rows, plus this share and NEEDED_SPARE more for what the selection skips as duplicates; the execution stage
-# runs none after that point and the selection ignores any it ran. The selection skips about 2 % (12 of 656
-# accepted in a 600-row run on one H200); each accepted candidate past the quota was an execution wasted.
-NEEDED_MARGIN = 0.05
+# rows, plus NEEDED_SPARE more for what the selection may still skip as duplicates; the execution stage runs none
+# after that point and the selection ignores any it ran. The dedup stage already drops repeats of a task and
+# candidates past their operator graph's room (a 600-row run on one H200 had the selection skip 12 of 656 accepted
+# when the dedup stage dropped exact repeats only), so each accepted candidate past the quota is an execution
+# wasted, and the spare is small.
 NEEDED_SPARE = 2
 
 # Composition.

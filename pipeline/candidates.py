@@ -7,7 +7,7 @@ import math
 
 from opsynth.config import COMPOSE_ATTEMPTS
 from opsynth.data_sources import kind, operator_count
-from opsynth.filters.dedup import dedup_key
+from opsynth.filters.dedup import dedup_key, task_key
 from opsynth.operator_catalog.codegen import render
 from opsynth.operator_catalog.compose import CompositionError, compose
 from opsynth.operator_catalog.transformers_modules import compose_transformers
@@ -31,9 +31,16 @@ def make_candidate(
         ops=task.ops,
         code=task.source,
         input_shapes=tuple({"shape": list(s.shape), "dtype": s.dtype} for s in task.input_shapes),
-        dedup_key=dedup_key(task.source),
+        dedup_key=candidate_key(spec.data_source, task.source),
         batch_scale=batch_scale,
     )
+
+
+def candidate_key(source: str, code: str) -> str:
+    """What the dedup stage keeps one candidate of: a task (`task_key`, the program but for its batch extent), as
+    the selection counts them, so that no execution goes to a candidate the selection would skip as the same
+    task; for transformers, whose variants the selection takes as they come, the exact program."""
+    return dedup_key(code) if kind(source) == "transformers" else task_key(code)
 
 
 def input_elements(candidate: Candidate) -> int:

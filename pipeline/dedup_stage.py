@@ -1,5 +1,6 @@
-"""The dedup stage: one candidate per normalized program across the run, and no more candidates of one operator
-graph than the selection could still take, the earlier rounds' state read from files and joined by key."""
+"""The dedup stage: one candidate per key (a task: see pipeline.candidates.candidate_key) across the run, and no
+more candidates of one operator graph than the selection could still take, the earlier rounds' state read from
+files and joined by key."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class _DedupGroupFn(beam.DoFn):
             Metrics.counter(COUNTER_NAMESPACE, "dedup_kept").inc()
             yield kept
         for c in dropped:
-            yield from route(c, Verdict(DUPLICATE, "same normalized code as an earlier candidate"), "dedup")
+            yield from route(c, Verdict(DUPLICATE, "the same task as an earlier candidate"), "dedup")
 
 
 class _GraphRoomFn(beam.DoFn):
@@ -69,7 +70,7 @@ def _graph_rows_entry(line: str) -> list[tuple[tuple[str, str], int]]:
 
 
 class DedupWithinSet(beam.PTransform):
-    """Keep one candidate per normalized program, also across the run's earlier rounds (the keys in
+    """Keep one candidate per key (`Candidate.dedup_key`: a task), also across the run's earlier rounds (the keys in
     `seen_files`, one per line); then, of the candidates sharing an operator graph, only as many as the selection
     could still take (`caps` per data source, less the rows already selected: the `[source, graph, rows]` lines
     of `graph_files`), so that no GPU time goes to rows the selection would skip. The earlier rounds' state is
@@ -98,8 +99,8 @@ class DedupWithinSet(beam.PTransform):
             | "ParseEarlierGraphRows" >> beam.FlatMap(_graph_rows_entry)
         )
         unique = (
-            {MEMBERS: candidates | "KeyByNormalizedCode" >> beam.Map(lambda c: (c.dedup_key, c)), EARLIER: seen}
-            | "GroupByNormalizedCode" >> beam.CoGroupByKey()
+            {MEMBERS: candidates | "KeyByTask" >> beam.Map(lambda c: (c.dedup_key, c)), EARLIER: seen}
+            | "GroupByTask" >> beam.CoGroupByKey()
             | "KeepFirstOfGroup" >> beam.ParDo(_DedupGroupFn()).with_outputs(REJECTED, main=KEPT)
         )
         limited = (

@@ -52,7 +52,7 @@ PREPARED = "prepared"  # the candidates of a round that the CPU stages passed, a
 PREPARE_REJECTED = "rejected-prepare"
 EXECUTE_REJECTED = "rejected-execute"
 ACCEPTED = "accepted"
-# What a finished round leaves for the dedup of the rounds after it: the normalized-program keys it executed,
+# What a finished round leaves for the dedup of the rounds after it: the keys (`Candidate.dedup_key`) it executed,
 # one per line, and the rows it selected per operator graph, as `[source, graph, rows]` lines.
 SEEN_KEYS = "seen-keys.txt"
 GRAPH_ROWS = "graph-rows.jsonl"

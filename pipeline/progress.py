@@ -28,7 +28,7 @@ Result = tuple[Candidate, Verdict, int]  # the final (possibly calibrated) candi
 
 
 def progress_key(candidate: Candidate) -> str:
-    """A candidate as it entered the stage: its place in its stream and its normalized program."""
+    """A candidate as it entered the stage: its place in its stream and its key."""
     return f"{candidate.data_source}/{candidate.index}/{candidate.dedup_key}"
 
 

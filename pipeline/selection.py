@@ -19,7 +19,6 @@ from opsynth.config import (
     DATA_SOURCES,
     GRAPH_CAP_SLACK,
     MAX_ROWS_PER_OP_GRAPH,
-    NEEDED_MARGIN,
     NEEDED_SPARE,
 )
 from opsynth.data_sources import kind, operator_count
@@ -123,9 +122,9 @@ def select(
 
 
 def wanted(missing: dict[str, int]) -> dict[str, int]:
-    """Accepted candidates a round asks of each data source: the rows it misses, with a margin for what the
-    selection skips as duplicates."""
-    return {s: n + math.ceil(NEEDED_MARGIN * n) + NEEDED_SPARE for s, n in missing.items() if n > 0}
+    """Accepted candidates a round asks of each data source: the rows it misses, and NEEDED_SPARE more for what
+    the selection may skip as duplicates."""
+    return {s: n + NEEDED_SPARE for s, n in missing.items() if n > 0}
 
 
 class FillPoint:

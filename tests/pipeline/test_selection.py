@@ -16,8 +16,8 @@ def _ran(index: int, source: str = "torch#1") -> Candidate:
     return _prepared(index, source).measured({"eager_ms": 2.5, "calibration_steps": 1})
 
 
-def test_a_round_asks_for_its_missing_rows_with_a_margin_for_duplicates():
-    assert wanted({"torch#1": 10, "torch#2": 0}) == {"torch#1": 13}
+def test_a_round_asks_for_its_missing_rows_and_a_spare_for_duplicates():
+    assert wanted({"torch#1": 10, "torch#2": 0}) == {"torch#1": 12}
 
 
 def test_a_candidate_is_needed_until_enough_of_lower_index_are_accepted_in_whatever_order_verdicts_come():
