@@ -18,14 +18,18 @@ from opsynth.operator_catalog.faithfulness import ops_faithful
 TINY = ["--device", "cpu", "--workload", "tiny", "--workers", "2"]
 
 
+def _generated_argv(out, kernelbench_parquet) -> list[str]:
+    """The shared run's command line. An AST similarity threshold under the paper's 0.9 drops a few candidates as
+    KernelBench near-duplicates, so that the folder has a rejected split whatever the timings (a run may otherwise
+    reject nothing)."""
+    return ["generate", "--out", str(out), "--num-samples", "24", "--seed", "3", *TINY,
+            "--kernelbench", str(kernelbench_parquet), "--similarity-threshold", "0.7"]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory, kernelbench_parquet):
     out = tmp_path_factory.mktemp("gen") / "out"
-    # An AST similarity threshold under the paper's 0.9 drops a few candidates as KernelBench near-duplicates, so
-    # that the folder has a rejected split whatever the timings (a run may otherwise reject nothing).
-    argv = ["generate", "--out", str(out), "--num-samples", "24", "--seed", "3", *TINY,
-            "--kernelbench", str(kernelbench_parquet), "--similarity-threshold", "0.7"]  # fmt: skip
-    assert main(argv) == 0
+    assert main(_generated_argv(out, kernelbench_parquet)) == 0
     return out
 
 
@@ -117,8 +121,7 @@ def test_card_and_stats_agree(generated):
 
 
 def test_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(generated, kernelbench_parquet, capsys):
-    same = ["generate", "--out", str(generated), "--num-samples", "24", "--seed", "3", *TINY,
-            "--kernelbench", str(kernelbench_parquet)]  # fmt: skip
+    same = _generated_argv(generated, kernelbench_parquet)
     before = (generated / "data" / "train-00000-of-00001.parquet").read_bytes()
     assert main(same) == 0
     assert "nothing to do" in capsys.readouterr().out
