@@ -48,7 +48,6 @@ FAMILIES = (
     containers,
     transformers_modules,
 )
-Entry = OpEntry
 
 
 class UnknownOperator(KeyError):
@@ -56,7 +55,7 @@ class UnknownOperator(KeyError):
 
 
 @cache
-def all_entries() -> tuple[Entry, ...]:
+def all_entries() -> tuple[OpEntry, ...]:
     entries = tuple(e for family in FAMILIES for e in family.ENTRIES)
     seen: set[str] = set()
     for e in entries:
@@ -67,18 +66,18 @@ def all_entries() -> tuple[Entry, ...]:
 
 
 @cache
-def _by_name() -> dict[str, Entry]:
+def _by_name() -> dict[str, OpEntry]:
     return {e.name: e for e in all_entries()}
 
 
-def get(name: str) -> Entry:
+def get(name: str) -> OpEntry:
     try:
         return _by_name()[name]
     except KeyError:
         raise UnknownOperator(name) from None
 
 
-def sampleable(kind: str) -> tuple[Entry, ...]:
+def sampleable(kind: str) -> tuple[OpEntry, ...]:
     """Entries of one kind (`torch` or `transformers`) that the composer may draw."""
     return tuple(e for e in all_entries() if e.kind == kind and e.excluded is None)
 
