@@ -140,10 +140,11 @@ def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: flo
 @dataclass
 class RunWorkers:
     """The run's execution settings and its worker pools: the handles its rounds' stages share in each process
-    that runs them, and the pools held in this one (none where the stages run elsewhere)."""
+    that runs them, and the pools held in this one (none where the stages run elsewhere: not `here`)."""
 
     execution: ExecutionConfig
     pools: Pools
+    here: bool  # the stages run in this process (runs_in_this_process)
     execution_pool: WorkerPool | None = None
     shape_pool: WorkerPool | None = None
 
@@ -162,7 +163,7 @@ def run_pools(execution: ExecutionConfig, here: bool) -> Iterator[RunWorkers]:
     round 0 are what its first execution waits for), and are held until the run ends (Beam's Shared keeps only
     the last object acquired in a process alive). Closed on the way out, if not before."""
     workers = RunWorkers(
-        execution, Pools(Shared(), Shared(), shape_check_config(execution, shape_workers() if here else 1))
+        execution, Pools(Shared(), Shared(), shape_check_config(execution, shape_workers() if here else 1)), here
     )
     pools = workers.pools
     try:
@@ -185,8 +186,7 @@ def _generate(
     session: SessionClock,
     workers: RunWorkers,
 ) -> RunResult:
-    execution, pools = workers.execution, workers.pools
-    here = runs_in_this_process(beam_args)
+    execution, pools, here = workers.execution, workers.pools, workers.here
     state = RunState(Selector(quota))
     selector = state.selector
     started = time.monotonic()
