@@ -81,7 +81,10 @@ def send(conn: Connection, message: dict) -> None:
 
 def main(fd: int) -> None:
     conn = Connection(fd)
-    cage: Cage = conn.recv()
+    try:
+        cage: Cage = conn.recv()
+    except (EOFError, OSError):
+        sys.exit(1)  # the pool went away before it set this worker up (its run failed meanwhile): nothing to say
     enforced = apply_limits(cage.limits)
     namespaces = enter_namespaces() if cage.namespaces else []
     pool = os.getppid()
@@ -144,7 +147,10 @@ def _resident_bytes() -> int:
 
 
 def _serve(conn: Connection, containment: dict) -> None:
-    setup: WorkerSetup = conn.recv()
+    try:
+        setup: WorkerSetup = conn.recv()
+    except (EOFError, OSError):
+        return  # as in `main`
     os.set_inheritable(conn.fileno(), False)  # a process a task starts must not hold the pool's socket
     priority = os.getpriority(os.PRIO_PROCESS, 0)
     if setup.start_nice:
