@@ -7,6 +7,7 @@ import math
 from collections import Counter
 
 from opsynth.config import (
+    AHEAD_SHORTFALL_SD,
     EXHAUSTION_MIN_CANDIDATES,
     EXHAUSTION_YIELD,
     INITIAL_OVERSAMPLING,
@@ -47,17 +48,20 @@ def capped(plan: dict[str, int]) -> dict[str, int]:
 def speculative_plan(missing: dict[str, int], plan: dict[str, int], last_round: dict) -> dict[str, int]:
     """The next round's plan, made as a round of `plan` starts its execution, so that the next one's CPU stages
     run beside it: the rows still `missing` less what this round should yield at the last finished round's
-    yield of each data source (before any, the pilot's 1 / INITIAL_OVERSAMPLING), over that yield, padded as
-    `plan_round` pads. It skips a source whose last round gained nothing (its yield is unknown), and is empty
-    where this round should fill every quota. Too many candidates cost CPU time only: the execution stops at
-    each round's fill point (see `pipeline.selection.FillPoint`)."""
+    yield of each data source (before any, the pilot's 1 / INITIAL_OVERSAMPLING), AHEAD_SHORTFALL_SD standard
+    deviations short of the expectation, over that yield, padded as `plan_round` pads. It skips a source whose
+    last round gained nothing (its yield is unknown), and is empty where this round should fill every quota
+    even so. Too many candidates cost CPU time only: the execution stops at each round's fill point (see
+    `pipeline.selection.FillPoint`)."""
     ahead = {}
     for source, want in missing.items():
         made, gained = last_round.get(source, (0, 0))
         if made and not gained:
             continue
         expected = gained / made if made else 1 / INITIAL_OVERSAMPLING
-        short = want - plan.get(source, 0) * expected
+        tried = plan.get(source, 0)
+        spread = math.sqrt(tried * expected * (1 - expected)) if expected < 1 else 0.0
+        short = want - (tried * expected - AHEAD_SHORTFALL_SD * spread)
         if short > 0:
             ahead[source] = max(MIN_CANDIDATES_PER_ROUND, math.ceil(short / expected * ROUND_PADDING))
     return capped(ahead)

@@ -69,17 +69,19 @@ def test_a_round_never_exceeds_the_candidate_cap():
     assert plan["torch#2"] > 20 * plan["torch#1"]  # shares kept
 
 
-def test_the_next_round_is_planned_from_what_this_one_should_yield_before_it_executes():
+def test_the_next_round_is_planned_from_what_this_one_may_yield_short_of_its_expectation():
     from opsynth.config import MAX_ROUND_CANDIDATES
     from opsynth.pipeline.planning import speculative_plan
 
-    # A 600-row run's pilot: 160 torch#2 candidates for 503 rows, at the pilot's 62.5 % no more than 100; 74
-    # torch#3 candidates for its 46 rows should do.
+    # A 600-row run's pilot: 160 torch#2 candidates for 503 rows, at the pilot's 62.5 % about 100 (sd 6.1); 74
+    # torch#3 candidates for its 46 rows are expected to give 46.25 (sd 4.2), which two sd short of it misses 8.
     ahead = speculative_plan({"torch#2": 503, "torch#3": 46}, {"torch#2": 160, "torch#3": 74}, {})
-    assert ahead == {"torch#2": 742}  # (503 - 160 x 62.5 %) / 62.5 % x 1.15
-    # After a round of 400 that gave 320 rows (80 %): 252 candidates for 183 rows are expected to do.
+    assert ahead == {"torch#2": 765, "torch#3": 15}  # (503 - (100 - 2 x 6.1)) / 62.5 % x 1.15; (8.1) / ...
+    # After a round of 400 that gave 320 rows (80 %): 252 candidates for 183 rows do, two sd short (188.9).
     assert speculative_plan({"torch#2": 183}, {"torch#2": 252}, {"torch#2": (400, 320)}) == {}
-    assert speculative_plan({"torch#2": 183}, {"torch#2": 100}, {"torch#2": (400, 320)}) == {"torch#2": 149}
+    assert speculative_plan({"torch#2": 183}, {"torch#2": 100}, {"torch#2": (400, 320)}) == {"torch#2": 160}
+    # A yield of 1 (the CPU's tiny workload) is certain: the plan's own rows do.
+    assert speculative_plan({"torch#2": 50}, {"torch#2": 50}, {"torch#2": (60, 60)}) == {}
     assert speculative_plan({"torch#1": 20}, {"torch#1": 60}, {"torch#1": (60, 0)}) == {}, "its yield unknown"
     assert sum(speculative_plan({"torch#2": 50_000}, {"torch#2": 400}, {}).values()) <= MAX_ROUND_CANDIDATES
 
