@@ -414,7 +414,7 @@ def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(ev
 
 @pytest.mark.parametrize(
     ("eager_ms", "reason"),
-    [(1.05, RUNTIME_BELOW_WINDOW), (1.1, None), (50.0, None), (90.9, None), (95.0, RUNTIME_ABOVE_WINDOW)],
+    [(1.1, RUNTIME_BELOW_WINDOW), (1.15, None), (50.0, None), (86.9, None), (87.0, RUNTIME_ABOVE_WINDOW)],
 )
 def test_generate_keeps_a_task_only_its_margin_inside_the_window(eager_ms, reason):
     """A final timing within the keep margin of an end is outside for generate (it would fall out when measured
@@ -431,7 +431,7 @@ def test_generate_keeps_a_task_only_its_margin_inside_the_window(eager_ms, reaso
 
     generate = execution_config("cuda", (1.0, 100.0), 10, False, 1, keep_margin=KEEP_MARGIN)
     validate = execution_config("cuda", (1.0, 100.0), 10, False, 1)
-    assert KEEP_MARGIN == 0.1  # the cases above sit on either side of it
+    assert KEEP_MARGIN == 0.15  # the cases above sit on either side of it
     judge = [(validate, None), (generate, reason)]
     for cfg, expected in judge:
         timed = functools.partial(cuda_timings, None, [], [], cfg, contextlib.nullcontext(), PhaseClock(),
@@ -441,7 +441,7 @@ def test_generate_keeps_a_task_only_its_margin_inside_the_window(eager_ms, reaso
         else:
             with pytest.raises(CheckFailed) as failed:
                 timed()
-            assert failed.value.verdict.reason == expected and "10% margin" in failed.value.verdict.detail
+            assert failed.value.verdict.reason == expected and "15% margin" in failed.value.verdict.detail
 
 
 def test_a_draws_outputs_are_reduced_as_they_come_and_not_kept():
