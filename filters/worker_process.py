@@ -82,9 +82,10 @@ def send(conn: Connection, message: dict) -> None:
 def main(fd: int) -> None:
     conn = Connection(fd)
     try:
+        scratch = os.getcwd()  # the pool starts it in its scratch folder, and removes that folder as it closes
         cage: Cage = conn.recv()
     except (EOFError, OSError):
-        sys.exit(1)  # the pool went away before it set this worker up (its run failed meanwhile): nothing to say
+        sys.exit(1)  # the pool closed before it set this worker up (its run failed meanwhile): nothing to say
     enforced = apply_limits(cage.limits)
     namespaces = enter_namespaces() if cage.namespaces else []
     pool = os.getppid()
@@ -97,11 +98,12 @@ def main(fd: int) -> None:
         try:
             _serve(conn, {"limits": enforced, "namespaces": namespaces})
         except BaseException:
-            traceback.print_exc()
+            if os.path.isdir(scratch):  # else its pool closed under it, which is no news
+                traceback.print_exc()
             status = 1
         os._exit(status)
     conn.close()
-    sys.exit(_wait_for(child, pool, os.getcwd()))
+    sys.exit(_wait_for(child, pool, scratch))
 
 
 def _wait_for(child: int, pool: int, scratch: str) -> int:
