@@ -7,10 +7,11 @@ list): what the execution's results may still bring about, since the dedup canno
 
 What counts as the same task (`task_key`): the same operators, in the same order and spelling (module or
 function), with the same arguments and glue, on inputs of the same ranks, dtypes and extents, the batch
-extent aside: the shape calibration moves it to bring a task into the runtime window, so it says nothing about
-the task. A change of any argument (a kernel size, a reduction's dim, a stride), of an input's rank or of a
-non-batch extent (the 1,024 or 4,096 features a softmax runs over) makes another task. Each admitted row costs
-one hash: the state stays a set of keys and a counter of graphs, and no pairwise comparison is made.
+extent aside (of every input that shares it): the shape calibration moves it to bring a task into the runtime
+window, so it says nothing about the task. A change of any argument (a kernel size, a reduction's dim, a
+stride), of an input's rank or of a non-batch extent (the 1,024 or 4,096 features a softmax runs over) makes
+another task. Each admitted row costs one hash: the state stays a set of keys and a counter of graphs, and no
+pairwise comparison is made.
 """
 
 from __future__ import annotations
@@ -51,11 +52,20 @@ def _batch_extent(stmt: ast.stmt) -> bool:
 
 
 def task_key(source: str) -> str:
-    """The key of what the selection counts as one task: the normalized program less its batch extent."""
+    """The key of what the selection counts as one task: the normalized program less its batch extent, which
+    `get_inputs` spells by its name for the first input and as a number for any other input that shares it (the
+    renderer writes those inputs' shapes out): a leading extent equal to the batch's reads as the batch's name."""
     tree = normalized_tree(source)
     if tree is None:
         return dedup_key(source)
+    extents = {stmt.value.value: stmt.targets[0].id for stmt in tree.body if _batch_extent(stmt)}
     tree.body = [stmt for stmt in tree.body if not _batch_extent(stmt)]
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "get_inputs":
+            for call in (node for node in ast.walk(stmt) if isinstance(node, ast.Call) and node.args):
+                first = call.args[0]
+                if isinstance(first, ast.Constant) and type(first.value) is int and first.value in extents:
+                    call.args[0] = ast.Name(extents[first.value], ast.Load())
     return content_hash(ast.unparse(tree))
 
 

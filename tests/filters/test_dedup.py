@@ -27,10 +27,15 @@ def test_operator_graph_hash_follows_the_ordered_ops():
 
 
 def _rebatched(source: str) -> str:
-    """The same program with another batch extent."""
+    """The same program with another batch extent, as the calibration rescales it: in `batch_size = N`, and in
+    the shapes `get_inputs` writes out for other inputs that share it."""
     import re
 
-    return re.sub(r"(?m)^batch_size = (\d+)$", lambda m: f"batch_size = {int(m.group(1)) * 2 + 3}", source)
+    n = re.search(r"(?m)^batch_size = (\d+)$", source).group(1)
+    m = str(int(n) * 2 + 3)
+    head, inputs = source.split("def get_inputs", 1)
+    head = head.replace(f"\nbatch_size = {n}\n", f"\nbatch_size = {m}\n")
+    return head + "def get_inputs" + re.sub(rf"(torch\.\w+\(){n}\b", rf"\g<1>{m}", inputs)
 
 
 def test_module_constants_read_by_the_program_are_part_of_its_key():
@@ -107,3 +112,17 @@ def test_the_graph_cap_grows_where_a_quota_needs_more_rows_than_there_are_operat
     assert rows_per_graph("torch#1", 2040) * operators >= 3 * 2040  # ops60k: 2,040 rows, one single-op list each
     assert rows_per_graph("torch#2", 5026) == 1  # ordered pairs of operators are plenty: each list once
     assert rows_per_graph("torch#1", 20_400) == math.ceil(3 * 20_400 / operators)  # ops600k
+
+
+def test_a_task_rescaled_is_the_same_task_where_a_second_input_shares_the_batch_extent():
+    from opsynth.config import WORKLOADS
+    from opsynth.operator_catalog.codegen import render
+    from opsynth.operator_catalog.compose import compose
+
+    # Seed 0 of two operators: `y = torch.randn(4, 64)` beside `x = torch.randn(batch_size, in_features)`, the
+    # renderer writing the second input's shape out; the calibration's rescale doubles both.
+    source, rescaled = (render(compose(0, 2, WORKLOADS["tiny"], 64, scale)).source for scale in (1.0, 2.0))
+    assert "torch.randn(4, 64)" in source and "torch.randn(8, 64)" in rescaled
+    assert task_key(rescaled) == task_key(source)
+    # A second input's leading extent that is not the batch's stays part of the task.
+    assert task_key(source.replace("torch.randn(4, 64)", "torch.randn(3, 64)")) != task_key(source)

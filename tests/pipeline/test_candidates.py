@@ -10,7 +10,7 @@ from opsynth.operator_catalog.compose import CompositionError
 from opsynth.pipeline.candidates import make_candidate
 from opsynth.records import CandidateSpec
 
-FINGERPRINT = "0f0cde7d5c9cad21c2170e141c0aae95bc62a45052cec4a806e21df701a73dfc"
+FINGERPRINT = "87b09f960b619bc10e625f52f3d4b1b37d396ae9fae41398e79d1acc478727b3"
 
 
 def test_the_first_candidates_of_every_data_source_are_those_of_the_catalog_version():
