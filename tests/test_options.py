@@ -76,7 +76,8 @@ def test_the_next_round_is_planned_from_what_this_one_may_yield_short_of_its_exp
     # A 600-row run's pilot: 160 torch#2 candidates for 503 rows, at the pilot's 62.5 % about 100 (sd 6.1); 74
     # torch#3 candidates for its 46 rows are expected to give 46.25 (sd 4.2), which two sd short of it misses 8.
     ahead = speculative_plan({"torch#2": 503, "torch#3": 46}, {"torch#2": 160, "torch#3": 74}, {})
-    assert ahead == {"torch#2": 765, "torch#3": 15}  # (503 - (100 - 2 x 6.1)) / 62.5 % x 1.15; (8.1) / ...
+    # (503 - (100 - 2 x 6.1)) / 62.5 % x 1.15 = 764.2; (46 - (46.25 - 2 x 4.2)) / 62.5 % x 1.15 = 14.9
+    assert ahead == {"torch#2": 765, "torch#3": 15}
     # After a round of 400 that gave 320 rows (80 %): 252 candidates for 183 rows do, two sd short (188.9).
     assert speculative_plan({"torch#2": 183}, {"torch#2": 252}, {"torch#2": (400, 320)}) == {}
     assert speculative_plan({"torch#2": 183}, {"torch#2": 100}, {"torch#2": (400, 320)}) == {"torch#2": 160}
