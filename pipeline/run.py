@@ -245,6 +245,12 @@ def _generate(
             beside.wait(lambda *_: None)  # a round prepared ahead but not needed: done before its pools close
         if workers.shape_pool is not None:
             workers.shape_pool.retire()
+    except Exception:
+        # A round prepared beside the one that failed is done before the pools it uses close (and before the
+        # process ends with its thread inside torch, which aborts it); not so after Ctrl-C, which stops at once.
+        if beside is not None:
+            beside.wait(lambda *_: None)
+        raise
     finally:
         if monitor is not None:
             monitor.__exit__(None, None, None)
