@@ -120,12 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     if watching:
         _Interrupt.seen = False
         signal.signal(signal.SIGINT, _Interrupt.handle)
+    logging_disabled = logging.root.manager.disable
     try:
         return _main(argv, debug)
     finally:
         if watching:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            logging.disable(logging.NOTSET)
+        logging.disable(logging_disabled)
 
 
 def _main(argv: list[str], debug: bool) -> int:
@@ -139,7 +140,7 @@ def _main(argv: list[str], debug: bool) -> int:
         if _Interrupt.seen:
             return _interrupted()
         _traceback_if(debug)
-        print(f"opsynth: error: {e}", file=sys.stderr)
+        _last_word(f"opsynth: error: {e}")
         return 1
     except BrokenPipeError:
         # The reader went away (`| head`): not an error. Point stdout at devnull so the exit flush is quiet.
@@ -152,11 +153,18 @@ def _main(argv: list[str], debug: bool) -> int:
             return _interrupted()
         _traceback_if(debug)
         if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e):
-            print("opsynth: error: no space left on device; free some, then run the same command again (generate "
-                  "resumes where it stopped)", file=sys.stderr)  # fmt: skip
+            _last_word("opsynth: error: no space left on device; free some, then run the same command again "
+                       "(generate resumes where it stopped)")  # fmt: skip
             return 1
-        print(f"opsynth: error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", file=sys.stderr)
+        _last_word(f"opsynth: error: {type(e).__name__}: {e} (rerun with --debug for the traceback)")
         return 1
+
+
+def _last_word(line: str) -> None:
+    """The one-line error, last: what the run's threads still log as they stop (a round's CPU stages prepared
+    beside its execution, finding the worker pools closed) follows from it and is not news, as with Ctrl-C."""
+    logging.disable(logging.CRITICAL)
+    print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":
