@@ -362,3 +362,19 @@ def test_the_libraries_say_only_errors_while_a_run_lasts_unless_verbose():
     assert [logger.level for logger in loggers] == before, "given back for whatever runs next in the process"
     with quiet_libraries(verbose=True):
         assert [logger.level for logger in loggers] == before
+
+
+def test_an_error_is_the_last_line_and_the_logging_level_is_left_as_it_was(monkeypatch, capsys):
+    import logging
+
+    from opsynth.commands import catalog
+    from opsynth.errors import OpsynthError
+
+    def fail(args):
+        raise OpsynthError("it broke")
+
+    monkeypatch.setattr(catalog, "run", fail)
+    before = logging.root.manager.disable
+    assert main(["catalog"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "opsynth: error: it broke"
+    assert logging.root.manager.disable == before
