@@ -111,6 +111,18 @@ def generate(
                     workers.close()  # within the session: its user waits for this too
 
 
+def _interrupted(error: BaseException | None) -> bool:
+    """Whether `error` is Ctrl-C: a KeyboardInterrupt, or raised from one (Beam re-raises one from a stage as a
+    RuntimeError)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: float, shapes=None) -> dict:
     """This process's GPU busy fraction per GPU (NVML) from its first execution to its last, for its session
     record, with when (seconds after the session's start `t0`) its execution workers began to start and were all
@@ -245,10 +257,10 @@ def _generate(
             beside.wait(lambda *_: None)  # a round prepared ahead but not needed: done before its pools close
         if workers.shape_pool is not None:
             workers.shape_pool.retire()
-    except Exception:
+    except Exception as e:
         # A round prepared beside the one that failed is done before the pools it uses close (and before the
         # process ends with its thread inside torch, which aborts it); not so after Ctrl-C, which stops at once.
-        if beside is not None:
+        if beside is not None and not _interrupted(e):
             beside.wait(lambda *_: None)
         raise
     finally:
