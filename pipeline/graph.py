@@ -134,13 +134,8 @@ class ExecuteRound(beam.PTransform):
     ):
         super().__init__()
         self.prepared_files, self.options, self.execution = prepared_files, options, execution
-        self.round_dir, self.progress_dir, self.pool, self.wanted, self.report = (
-            round_dir,
-            progress_dir,
-            pool,
-            wanted,
-            report,
-        )
+        self.round_dir, self.progress_dir = round_dir, progress_dir
+        self.pool, self.wanted, self.report = pool, wanted, report
 
     def expand(self, pbegin):
         options = self.options
