@@ -19,7 +19,7 @@ from opsynth.reasons import COMPILE_ERROR, COMPILE_MISMATCH, OUT_OF_MEMORY, one_
 if TYPE_CHECKING:
     from opsynth.filters.execution import ExecutionConfig
 
-COMPILED_WARMUP = 2  # CUDA: after the compiling call, which ran the compiled model once already
+COMPILED_WARMUP = 1  # CUDA: after the compiling call, which ran (and autotuned) the compiled model once already
 
 
 def locked_backend(backend: str, lock, clock: PhaseClock | None = None):

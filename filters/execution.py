@@ -25,6 +25,7 @@ from opsynth.filters.output_checks import DrawOutputs
 from opsynth.filters.task_loading import TaskLoadError, load_task
 from opsynth.filters.timing import PhaseClock, device_ms, profile_forwards, timed_forward, timed_iters
 from opsynth.filters.verdicts import CheckFailed, classify_error, is_fatal_cuda_error
+from opsynth.filters.worker_budgets import cache_keep_bytes
 from opsynth.reasons import (
     KEEP,
     LOAD_ERROR,
@@ -54,10 +55,6 @@ PHASES = (
     "compiled_checks",
     "compiled_timing",
 )
-# CUDA: memory a worker's allocator keeps cached between tasks. Returning all of it after every task makes the
-# next task's first forwards allocate from the driver again, under the device lock; more than this is returned,
-# for the other workers of the GPU.
-CACHE_KEEP_BYTES = 4 << 30
 
 
 @dataclass(frozen=True)
@@ -122,10 +119,14 @@ def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -
     except Exception as e:
         verdict = classify_error(e)
     finally:
-        if cfg.device == "cuda" and torch.cuda.memory_reserved() > CACHE_KEEP_BYTES:
+        if cfg.device == "cuda" and torch.cuda.memory_reserved() > _cache_keep_bytes(cfg):
             torch.cuda.empty_cache()  # a large cache would hold memory the other workers of the GPU may need
     phase_s = {phase: round(s, 4) for phase, s in clock.seconds.items()}
     return Verdict(verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": phase_s})
+
+
+def _cache_keep_bytes(cfg: ExecutionConfig) -> int:
+    return cache_keep_bytes(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory, cfg)
 
 
 def _near_window(ms: float, window: tuple[float, float]) -> bool:

@@ -62,8 +62,8 @@ from opsynth.records import Candidate, CandidateSpec, Rejection, candidate_seed
 MULTIPROCESS_PREPARE_MIN = 1000
 PREPARE_PROCESSES = 8  # each loads torch and the KernelBench reference
 QUIET_HARNESS = ["--default_sdk_harness_log_level", "WARNING"]  # the processes' start-up chatter
-SHAPE_CORES = 4  # cores per shape-check worker, where the CPU stages run in this process
-MAX_SHAPE_WORKERS = 4
+SHAPE_CORES = 2  # cores per shape-check worker, where the CPU stages run in this process
+MAX_SHAPE_WORKERS = 8
 WATCH_EVERY_S = 30.0  # how often the driver reads the checkpoints of an execution that runs in other processes
 
 

@@ -8,7 +8,7 @@ import torch._dynamo
 
 from opsynth.filters.execution import ExecutionConfig, run_checks
 from opsynth.filters.timing import timed_iters
-from opsynth.filters.worker_budgets import memory_share
+from opsynth.filters.worker_budgets import cache_keep_bytes, memory_share, workers_per_gpu
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.reasons import (
     COMPILE_ERROR,
@@ -153,7 +153,7 @@ def test_a_task_far_outside_the_window_is_decided_before_its_other_checks():
 
 
 def test_heavy_tasks_are_timed_over_fewer_forwards():
-    assert [timed_iters(10, ms) for ms in (0.5, 3.0, 5.0, 10.0, 80.0)] == [10, 10, 6, 3, 3]
+    assert [timed_iters(10, ms) for ms in (0.5, 3.0, 5.0, 10.0, 80.0)] == [10, 7, 4, 3, 3]
     assert timed_iters(2, 80.0) == 2
 
 
@@ -161,6 +161,14 @@ def test_each_gpu_worker_may_use_the_budget_of_one_of_at_most_three():
     assert memory_share(0.9, 1) == pytest.approx(0.9)
     assert memory_share(0.9, 2) == pytest.approx(0.45)
     assert memory_share(0.9, 12) == pytest.approx(0.3)
+
+
+def test_the_workers_of_a_gpu_keep_a_tenth_of_its_memory_cached_between_tasks_at_most():
+    gib = 1 << 30
+    for workers in (1, 2, 14):
+        cfg = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=60.0, workers=workers)
+        sharers = workers_per_gpu(cfg)  # the workers of one GPU: all of them on a machine of one
+        assert 13.9 * gib <= sharers * cache_keep_bytes(140 * gib, cfg) <= 14 * gib
 
 
 class _LockedCPUPool(WorkerPool):
