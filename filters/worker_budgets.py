@@ -77,10 +77,10 @@ def memory_share(fraction: float, sharers: int) -> float:
 
 def cache_keep_bytes(device_bytes: int, cfg: ExecutionConfig) -> int:
     """The memory one worker's allocator may keep cached between tasks on a GPU of `device_bytes`: its share of
-    CACHED_SHARE of it. Memory cached by one worker is free to no other: on one H200 with 14 workers keeping up
-    to 4 GiB each, tasks well under their own budget ran out of memory with the GPU full (139.3 of its 139.8 GiB
-    in use), and so did their retries holding the GPU alone. Returning more than this after a task makes the
-    next one's first forwards allocate from the driver again, under the device lock: milliseconds."""
+    CACHED_SHARE of it. Memory cached by one worker is free to no other: on one H200 whose 14 workers could keep
+    4 GiB each (56 GiB), tasks well under their own budget ran out of memory with the GPU full (139.3 of its
+    139.8 GiB in use), and so did their retries holding the GPU alone. Returning more than this after a task
+    makes the next one's first forwards allocate from the driver again, under the device lock: milliseconds."""
     return int(device_bytes * CACHED_SHARE / workers_per_gpu(cfg))
 
 
