@@ -4,12 +4,14 @@ import logging
 import math
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.shared import Shared
 
 from opsynth.config import WORKLOADS
 from opsynth.filters.execution import ExecutionConfig
+from opsynth.pipeline import parallel
 from opsynth.pipeline.dedup_stage import DedupWithinSet
 from opsynth.pipeline.execution_stage import ExecuteCandidates, execution_order
 from opsynth.pipeline.progress import Checkpointer, Tally
@@ -213,10 +215,11 @@ def test_the_shape_check_hands_out_transformers_candidates_first_and_gives_verdi
     assert [v.detail for v in verdicts] == [f"{c.data_source}/{c.index}" for c in batch]
 
 
-def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_time():
+@pytest.mark.parametrize("helpers", [0, 2])
+def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_time(helpers):
     """At a (made-up) speed, every candidate's forward cost predicts its time: those far from the calibration aim
-    are made again from their seeds at a scaled batch, within the element budget; every kept one carries its
-    prediction, and a rescaled one its new sizes."""
+    are made again from their seeds at a scaled batch (on the CPU stages' helpers, where there are), within the
+    element budget; every kept one carries its prediction, and a rescaled one its new sizes."""
     from opsynth.config import CALIBRATION_TARGET, SIZE_SLACK
     from opsynth.device_speed import DeviceSpeed
     from opsynth.pipeline.candidates import make_candidate
@@ -230,7 +233,7 @@ def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_t
     candidates = [make_candidate(spec, workload) for spec in specs]
     before = {c.index: _predicted(c.code, sizing.speed) for c in candidates}
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False, workers=1)
-    with BeamTestPipeline() as p:
+    with parallel.helping(helpers), BeamTestPipeline() as p:
         out = p | beam.Create(candidates) | CheckShapes(cfg, Shared(), sizing=sizing)
         kept = out[KEPT] | beam.Map(lambda c: (c.index, c.batch_scale, c.measurements.get("predicted_ms"),
                                                sizing.speed.predicted_ms(c.measurements["cost"])))  # fmt: skip
