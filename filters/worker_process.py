@@ -277,19 +277,23 @@ def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tup
 
 def _alone(source: str, seed: int, cfg, setup: WorkerSetup):
     """A task that ran out of memory beside the other workers of its GPU, once more under the whole budget, all
-    of its device work holding the GPU alone: other tasks' device work may have taken what it missed. Its
-    compiling holds nothing, so the other workers of the GPU are not kept waiting through it."""
+    of its device work holding the GPU alone: other tasks' device work may have taken what it missed. It first
+    waits, holding nothing, until a worker's budget of the GPU's memory is free (the others' tasks end and
+    free theirs), or MEMORY_WAIT_S. Its compiling holds nothing, so the other workers of the GPU are not kept
+    waiting through it."""
     import torch
 
     from opsynth.filters.execution import run_checks
-    from opsynth.filters.worker_budgets import memory_share, workers_per_gpu
+    from opsynth.filters.worker_budgets import await_free_memory, memory_share, workers_per_gpu
 
+    share = memory_share(cfg.memory_fraction, workers_per_gpu(cfg))
+    await_free_memory(int(share * torch.cuda.mem_get_info()[1]), lambda: torch.cuda.mem_get_info()[0])
     torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
     try:
         with setup.device_lock.alone():
             return run_checks(source, seed, cfg, setup.device_lock)
     finally:
-        torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, workers_per_gpu(cfg)))
+        torch.cuda.set_per_process_memory_fraction(share)
 
 
 if __name__ == "__main__":

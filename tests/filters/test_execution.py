@@ -8,7 +8,13 @@ import torch._dynamo
 
 from opsynth.filters.execution import ExecutionConfig, run_checks
 from opsynth.filters.timing import timed_iters
-from opsynth.filters.worker_budgets import cache_keep_bytes, memory_share, workers_per_gpu
+from opsynth.filters.worker_budgets import (
+    MEMORY_POLL_S,
+    await_free_memory,
+    cache_keep_bytes,
+    memory_share,
+    workers_per_gpu,
+)
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.reasons import (
     COMPILE_ERROR,
@@ -169,6 +175,20 @@ def test_the_workers_of_a_gpu_keep_a_tenth_of_its_memory_cached_between_tasks_at
         cfg = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=60.0, workers=workers)
         sharers = workers_per_gpu(cfg)  # the workers of one GPU: all of them on a machine of one
         assert 13.9 * gib <= sharers * cache_keep_bytes(140 * gib, cfg) <= 14 * gib
+
+
+def test_a_task_retried_after_running_out_of_memory_first_waits_for_a_budget_of_it_to_be_free():
+    now = [0.0]
+    free = iter([1, 2, 5, 9, 12])
+
+    def sleep(s):
+        now[0] += s
+
+    assert await_free_memory(9, lambda: next(free), timeout_s=10.0, clock=lambda: now[0], sleep=sleep)
+    assert now[0] == pytest.approx(3 * MEMORY_POLL_S)  # polled until the fourth reading had enough
+    now[0] = 0.0
+    assert not await_free_memory(9, lambda: 1, timeout_s=1.0, clock=lambda: now[0], sleep=sleep)  # gives up
+    assert now[0] == pytest.approx(1.0, abs=MEMORY_POLL_S)
 
 
 class _LockedCPUPool(WorkerPool):
