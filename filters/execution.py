@@ -9,6 +9,7 @@ filters.verdicts, timing in filters.timing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import statistics
 import warnings
@@ -126,7 +127,14 @@ def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -
 
 
 def _cache_keep_bytes(cfg: ExecutionConfig) -> int:
-    return cache_keep_bytes(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory, cfg)
+    return cache_keep_bytes(_device_bytes(), cfg)
+
+
+@functools.cache
+def _device_bytes() -> int:
+    """The memory of this process's GPU, asked once (a worker's warm-up task asks first), so that the end of a
+    task that broke the process's CUDA context makes no call into it."""
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
 
 
 def _near_window(ms: float, window: tuple[float, float]) -> bool:
