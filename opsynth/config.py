@@ -141,6 +141,11 @@ ROUND_PADDING = 1.15
 # candidates took 4.4 s with the GPU mostly idle). Its extra candidates cost CPU time only: the execution runs a
 # round's candidates of a source only until that source's rows are in.
 AHEAD_SHORTFALL_SD = 2.0
+# Before a data source has finished a round, that yield is the pilot's prior (1 / INITIAL_OVERSAMPLING), which can
+# overstate it: single operators yielded about 0.4 on one H200, and every 600-row run there ended on a round of 4-5
+# torch#1 candidates (2.5-3 s, the GPU mostly idle). So a plan made on the prior also covers half the prior's
+# yield, with at most this many candidates more per source (a few hundred ms of CPU stages).
+AHEAD_PRIOR_EXTRA = 32
 MAX_ROUND_CANDIDATES = 4096
 # Where the pipelines run in the driver's process, a round's candidates go to the worker pool as one batch (more
 # than a round holds), so the workers never idle at a batch's end waiting for its last task.

@@ -7,6 +7,7 @@ import math
 from collections import Counter
 
 from opsynth.config import (
+    AHEAD_PRIOR_EXTRA,
     AHEAD_SHORTFALL_SD,
     EXHAUSTION_MIN_CANDIDATES,
     EXHAUSTION_YIELD,
@@ -48,8 +49,9 @@ def capped(plan: dict[str, int]) -> dict[str, int]:
 def speculative_plan(missing: dict[str, int], plan: dict[str, int], last_round: dict) -> dict[str, int]:
     """The next round's plan, made as a round of `plan` starts its execution, so that the next one's CPU stages
     run beside it: the rows still `missing` less what this round should yield at the last finished round's
-    yield of each data source (before any, the pilot's 1 / INITIAL_OVERSAMPLING), AHEAD_SHORTFALL_SD standard
-    deviations short of the expectation, over that yield, padded as `plan_round` pads. It skips a source whose
+    yield of each data source (before any, the pilot's 1 / INITIAL_OVERSAMPLING, and half of it within
+    AHEAD_PRIOR_EXTRA more candidates), AHEAD_SHORTFALL_SD standard deviations short of the expectation, over that
+    yield, padded as `plan_round` pads. It skips a source whose
     last round gained nothing (its yield is unknown), and is empty where this round should fill every quota
     even so. Too many candidates cost CPU time only: the execution stops at each round's fill point (see
     `pipeline.selection.FillPoint`)."""
@@ -58,13 +60,24 @@ def speculative_plan(missing: dict[str, int], plan: dict[str, int], last_round: 
         made, gained = last_round.get(source, (0, 0))
         if made and not gained:
             continue
-        expected = gained / made if made else 1 / INITIAL_OVERSAMPLING
         tried = plan.get(source, 0)
-        spread = math.sqrt(tried * expected * (1 - expected)) if expected < 1 else 0.0
-        short = want - (tried * expected - AHEAD_SHORTFALL_SD * spread)
-        if short > 0:
-            ahead[source] = max(MIN_CANDIDATES_PER_ROUND, math.ceil(short / expected * ROUND_PADDING))
+        if made:
+            n = _planned_ahead(want, tried, gained / made)
+        else:  # the prior only: half its yield covered too, within AHEAD_PRIOR_EXTRA more candidates
+            prior = 1 / INITIAL_OVERSAMPLING
+            n = _planned_ahead(want, tried, prior)
+            n = max(n, min(_planned_ahead(want, tried, prior / 2), n + AHEAD_PRIOR_EXTRA))
+        if n:
+            ahead[source] = n
     return capped(ahead)
+
+
+def _planned_ahead(want: int, tried: int, expected: float) -> int:
+    """Candidates for the rows `want` still missing after `tried` of this round at yield `expected`, counting on
+    AHEAD_SHORTFALL_SD standard deviations less than it; 0 where they should come even so."""
+    spread = math.sqrt(tried * expected * (1 - expected)) if expected < 1 else 0.0
+    short = want - (tried * expected - AHEAD_SHORTFALL_SD * spread)
+    return max(MIN_CANDIDATES_PER_ROUND, math.ceil(short / expected * ROUND_PADDING)) if short > 0 else 0
 
 
 def exhausted_sources(plan: dict[str, int], gained: Counter, missing: dict[str, int]) -> list[str]:

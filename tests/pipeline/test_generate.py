@@ -339,7 +339,7 @@ def test_the_next_rounds_cpu_stages_run_beside_this_ones_execution_and_make_the_
     argv = ["--num-samples", "12", "--mixture", "torch2=100", "--seed", "5", *TINY, "--no-compile-check",
             "--runtime-window-ms", "0,10000"]  # fmt: skip
     assert main(["generate", "--out", str(tmp_path / "beside"), *argv]) == 0
-    assert "round 1: 22 candidates, prepared beside the round before" in capsys.readouterr().err
+    assert "round 1: 47 candidates, prepared beside the round before" in capsys.readouterr().err
     monkeypatch.setattr(opsynth.pipeline.round_pipelines.Beside, "start", lambda self, prepare, log: None)
     assert main(["generate", "--out", str(tmp_path / "after"), *argv]) == 0
     assert "prepared beside" not in capsys.readouterr().err
@@ -348,7 +348,7 @@ def test_the_next_rounds_cpu_stages_run_beside_this_ones_execution_and_make_the_
     plans = [
         json.loads((tmp_path / "beside" / ".opsynth" / f"round-{r:05d}" / "plan.json").read_text()) for r in (0, 1)
     ]
-    assert plans == [{"torch#2": 4}, {"torch#2": 22}]
+    assert plans == [{"torch#2": 4}, {"torch#2": 47}]
 
 
 def test_an_exhausted_source_is_retired_and_the_set_keeps_its_size(tmp_path, monkeypatch, kernelbench_parquet):
