@@ -50,11 +50,10 @@ def speculative_plan(missing: dict[str, int], plan: dict[str, int], last_round: 
     """The next round's plan, made as a round of `plan` starts its execution, so that the next one's CPU stages
     run beside it: the rows still `missing` less what this round should yield at the last finished round's
     yield of each data source (before any, the pilot's 1 / INITIAL_OVERSAMPLING, and half of it within
-    AHEAD_PRIOR_EXTRA more candidates), AHEAD_SHORTFALL_SD standard deviations short of the expectation, over that
-    yield, padded as `plan_round` pads. It skips a source whose
-    last round gained nothing (its yield is unknown), and is empty where this round should fill every quota
-    even so. Too many candidates cost CPU time only: the execution stops at each round's fill point (see
-    `pipeline.selection.FillPoint`)."""
+    AHEAD_PRIOR_EXTRA more candidates), AHEAD_SHORTFALL_SD standard deviations short of the expectation, over
+    that yield, padded as `plan_round` pads. It skips a source whose last round gained nothing (its yield is
+    unknown), and is empty where this round should fill every quota even so. Too many candidates cost CPU time
+    only: the execution stops at each round's fill point (see `pipeline.selection.FillPoint`)."""
     ahead = {}
     for source, want in missing.items():
         made, gained = last_round.get(source, (0, 0))
