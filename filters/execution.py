@@ -127,11 +127,11 @@ def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -
 
 
 def _cache_keep_bytes(cfg: ExecutionConfig) -> int:
-    return cache_keep_bytes(_device_bytes(), cfg)
+    return cache_keep_bytes(device_bytes(), cfg)
 
 
 @functools.cache
-def _device_bytes() -> int:
+def device_bytes() -> int:
     """The memory of this process's GPU, asked once (a worker's warm-up task asks first), so that the end of a
     task that broke the process's CUDA context makes no call into it."""
     return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory

@@ -283,11 +283,11 @@ def _alone(source: str, seed: int, cfg, setup: WorkerSetup):
     waiting through it."""
     import torch
 
-    from opsynth.filters.execution import run_checks
+    from opsynth.filters.execution import device_bytes, run_checks
     from opsynth.filters.worker_budgets import await_free_memory, memory_share, workers_per_gpu
 
     share = memory_share(cfg.memory_fraction, workers_per_gpu(cfg))
-    await_free_memory(int(share * torch.cuda.mem_get_info()[1]), lambda: torch.cuda.mem_get_info()[0])
+    await_free_memory(int(share * device_bytes()), lambda: torch.cuda.mem_get_info()[0])
     torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
     try:
         with setup.device_lock.alone():
