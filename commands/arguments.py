@@ -98,6 +98,7 @@ def positive(name: str, value, kind=int):
 def execution_settings(args, remote: bool = False, plan: bool = False) -> dict:
     """The execution options; `remote` when a distributed runner's workers, not this machine, run the tasks;
     `plan` when nothing runs, so a device named need not be here."""
+    from opsynth.bytecode import compile_ahead
     from opsynth.options import check_workload, parse_window
 
     # The values first, which need no torch: a mistyped one is told before the device is looked at.
@@ -116,6 +117,7 @@ def execution_settings(args, remote: bool = False, plan: bool = False) -> dict:
                              "(with the compile check, all cores of a worker machine but 2)")  # fmt: skip
         device = args.device
     else:
+        compile_ahead()  # the libraries this process and the workers it starts import: see opsynth.bytecode
         device = resolve_device(args.device)
     workload = given_workload or ("gpu" if device == "cuda" else "tiny")
     wl = WORKLOADS[workload]

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import wait
 
+from opsynth.bytecode import wait_compiled
 from opsynth.filters.containment import Limits, host_memory_share
 from opsynth.filters.device_lock import DeviceLock
 from opsynth.filters.execution import ExecutionConfig
@@ -54,9 +55,12 @@ class WorkerPool:
     """Runs `run_checks` (or the shape check) for many tasks over `cfg.workers` contained processes, spread over
     all GPUs on CUDA."""
 
-    def __init__(self, cfg: ExecutionConfig, limits: Limits | None = None, start_nice: int = 0):
+    def __init__(
+        self, cfg: ExecutionConfig, limits: Limits | None = None, start_nice: int = 0, preload: tuple[str, ...] = ()
+    ):
         self.cfg = cfg
         self.start_nice = start_nice  # see WorkerSetup.start_nice
+        self.preload = preload  # see WorkerSetup.preload
         if limits is None and cfg.device == "cuda":  # CUDA reserves far more address space than it maps
             limits = Limits(data_bytes=host_memory_share(cfg.workers, floor=CUDA_WORKER_MEMORY_FLOOR))
         elif limits is None:
@@ -74,6 +78,7 @@ class WorkerPool:
         self.hold_limit_s = hold_limit_s(cfg)
         self._cage = Cage(self.limits)
         self._spawned = 0
+        wait_compiled()  # the libraries' bytecode, where the command compiles it (opsynth.bytecode)
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
         # When the first job was handed out and the last verdict came in (monotonic): the span of the pool's work.
@@ -105,6 +110,7 @@ class WorkerPool:
             "recycle_jobs": RECYCLE_JOBS,
             "recycle_growth_bytes": RECYCLE_GROWTH_BYTES,
             "start_nice": self.start_nice,
+            "preload": self.preload,
         }
         return WorkerHandle(self._root, self._cage, setup, f"w{self._spawned}")
 

@@ -378,3 +378,17 @@ def test_an_error_is_the_last_line_and_the_logging_level_is_left_as_it_was(monke
     assert main(["catalog"]) == 1
     assert capsys.readouterr().err.strip().splitlines()[-1] == "opsynth: error: it broke"
     assert logging.root.manager.disable == before
+
+
+def test_a_command_that_starts_workers_compiles_missing_bytecode_first_and_a_plan_does_not(monkeypatch):
+    from opsynth import bytecode
+    from opsynth.commands.arguments import execution_settings
+    from opsynth.commands.cli import build_parser
+
+    started = []
+    monkeypatch.setattr(bytecode, "compile_ahead", lambda: started.append(True) or [])
+    parser = build_parser()
+    execution_settings(parser.parse_args(["generate", "--out", "o", "--plan", "--device", "cpu"]), plan=True)
+    assert started == []
+    execution_settings(parser.parse_args(["validate", "t.py", "--device", "cpu"]))
+    assert started == [True]
