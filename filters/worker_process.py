@@ -11,6 +11,7 @@ could run code in the pool).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -73,6 +74,7 @@ class WorkerSetup:
     recycle_jobs: int  # it retires after this many tasks
     recycle_growth_bytes: int  # or once its resident memory has grown this much since it was ready
     start_nice: int = 0  # niceness added while it starts (imports, device set-up, warm-up), given back once up
+    preload: tuple[str, ...] = ()  # modules it imports before it says it is up (a missing one is skipped)
 
 
 def send(conn: Connection, message: dict) -> None:
@@ -171,6 +173,9 @@ def _serve(conn: Connection, containment: dict) -> None:
     _set_up_device(torch, cfg, setup.gpu_index, setup.device_lock)
     _no_monitor_threads()
     quiet_library_notices()
+    for module in setup.preload:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
     warm_up = _run_job(EXECUTE, WARM_UP_SOURCE, 0, setup, window=(0.0, float("inf")))
     if setup.start_nice:
         with contextlib.suppress(PermissionError):  # without the privilege to raise it again, it stays lowered

@@ -12,6 +12,9 @@ from opsynth.operator_catalog.transformers_render import ModuleUse, render_trans
 from opsynth.workload import Workload
 
 FAMILY = "transformers"
+# What every one of these modules' tasks imports first: transformers' model base (seconds, cold, on one H200's
+# host). A run's shape-check workers import it as they start (pipeline.run).
+SHARED_MODULE = "transformers.modeling_utils"
 
 
 def _entry(name: str, module: str, sampler, excluded: str | None = None) -> OpEntry:

@@ -8,9 +8,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-
 from opsynth.atomic import replacing
 
 FIGURES = {
@@ -22,13 +19,18 @@ FIGURES = {
 
 
 def axes(width: float, height: float):
-    # Figure without pyplot: no backend selection and no global state, so it is safe in any worker.
+    # Figure without pyplot: no backend selection and no global state, so it is safe in any worker. Imported
+    # here: a run draws at its end, and its driver need not import matplotlib as it starts.
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height))
     return fig, fig.subplots()
 
 
 def counts_on(axis) -> None:
     """Whole numbers only on an axis that counts rows or occurrences."""
+    from matplotlib.ticker import MaxNLocator
+
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
@@ -38,7 +40,7 @@ def log_bins(values: list[float], count: int) -> list[float] | int:
     return [lo * (hi / lo) ** (i / count) for i in range(count + 1)] if hi > lo else 10
 
 
-def save(fig: Figure, path: Path) -> None:
+def save(fig, path: Path) -> None:
     with replacing(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
 

@@ -26,12 +26,13 @@ from pathlib import Path
 from apache_beam.utils.shared import Shared
 
 from opsynth.config import KEEP_MARGIN, MAX_IDLE_ROUNDS
-from opsynth.data_sources import kind
+from opsynth.data_sources import TRANSFORMERS, kind
 from opsynth.errors import OpsynthError, UsageError
 from opsynth.filters.execution import ExecutionConfig, execution_config
 from opsynth.filters.gpu_busy import GpuBusyMonitor
 from opsynth.filters.workers import AHEAD_NICE, WorkerPool
 from opsynth.operator_catalog.registry import sampleable
+from opsynth.operator_catalog.transformers_modules import SHARED_MODULE
 from opsynth.options import GenerateOptions, quotas
 from opsynth.pipeline import display, lookahead, parallel, workfiles
 from opsynth.pipeline.dataset_writer import write_dataset
@@ -97,7 +98,9 @@ def generate(
         # The workers start first: they import torch and set up their device while this process warms up and
         # round 0 makes its candidates. Helpers for the CPU stages' own work (pipeline.parallel) are forked
         # after them, but before any thread of this process starts.
-        with run_pools(execution, here) as workers:
+        # Round 0's shape check would otherwise wait for its workers' first transformers tasks to import it.
+        preload = (SHARED_MODULE,) if quota.get(TRANSFORMERS) else ()
+        with run_pools(execution, here, preload) as workers:
             helpers = helpers_for() if here else 0
             if helpers:
                 warm_composition([s for s, n in quota.items() if n], options.sizes, options.op_weights)
@@ -169,11 +172,12 @@ class RunWorkers:
 
 
 @contextlib.contextmanager
-def run_pools(execution: ExecutionConfig, here: bool) -> Iterator[RunWorkers]:
+def run_pools(execution: ExecutionConfig, here: bool, shape_preload: tuple[str, ...] = ()) -> Iterator[RunWorkers]:
     """The run's worker pools; where its stages run in this process (`here`), the execution's and the shape
     check's workers start now, the execution's at a lower priority while they start (the CPU stages before
-    round 0 are what its first execution waits for), and are held until the run ends (Beam's Shared keeps only
-    the last object acquired in a process alive). Closed on the way out, if not before."""
+    round 0 are what its first execution waits for), the shape check's importing `shape_preload` as they do,
+    and are held until the run ends (Beam's Shared keeps only the last object acquired in a process alive).
+    Closed on the way out, if not before."""
     workers = RunWorkers(
         execution, Pools(Shared(), Shared(), shape_check_config(execution, shape_workers() if here else 1)), here
     )
@@ -183,7 +187,9 @@ def run_pools(execution: ExecutionConfig, here: bool) -> Iterator[RunWorkers]:
             workers.execution_pool = pools.execution.acquire(
                 lambda: WorkerPool(execution, start_nice=AHEAD_NICE), tag=execution
             )
-            workers.shape_pool = pools.shapes.acquire(lambda: WorkerPool(pools.shape_config), tag=pools.shape_config)
+            workers.shape_pool = pools.shapes.acquire(
+                lambda: WorkerPool(pools.shape_config, preload=shape_preload), tag=pools.shape_config
+            )
         yield workers
     finally:
         workers.close()

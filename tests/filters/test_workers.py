@@ -144,6 +144,20 @@ def test_a_cpu_worker_sees_no_gpu(monkeypatch):
     assert verdict.reason == KEEP, verdict.detail
 
 
+PRELOADED = fixtures.task(
+    "import sys\nif 'xml.dom.minidom' not in sys.modules:\n    raise RuntimeError('not imported')\nreturn x * 2"
+)
+
+
+def test_workers_import_what_they_are_asked_to_preload_before_they_are_up():
+    with WorkerPool(CPU, preload=("xml.dom.minidom", "no_such_module_anywhere")) as pool:
+        (preloaded,) = pool.run([Job("preloaded", PRELOADED, 1)])
+    with WorkerPool(CPU) as pool:
+        (plain,) = pool.run([Job("plain", PRELOADED, 1)])
+    assert preloaded.reason == KEEP, preloaded.detail
+    assert plain.reason != KEEP and "not imported" in plain.detail  # nothing else imported it
+
+
 SPIN = fixtures.task("while True:\n    pass\nreturn x")
 
 
