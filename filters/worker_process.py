@@ -74,7 +74,7 @@ class WorkerSetup:
     recycle_jobs: int  # it retires after this many tasks
     recycle_growth_bytes: int  # or once its resident memory has grown this much since it was ready
     start_nice: int = 0  # niceness added while it starts (imports, device set-up, warm-up), given back once up
-    preload: tuple[str, ...] = ()  # modules it imports before it says it is up (a missing one is skipped)
+    preload: tuple[str, ...] = ()  # modules it imports before it says it is up (one that fails is skipped)
 
 
 def send(conn: Connection, message: dict) -> None:
@@ -174,7 +174,7 @@ def _serve(conn: Connection, containment: dict) -> None:
     _no_monitor_threads()
     quiet_library_notices()
     for module in setup.preload:
-        with contextlib.suppress(ImportError):
+        with contextlib.suppress(Exception):  # only ahead of need: a task that imports it is told what fails
             importlib.import_module(module)
     warm_up = _run_job(EXECUTE, WARM_UP_SOURCE, 0, setup, window=(0.0, float("inf")))
     if setup.start_nice:
