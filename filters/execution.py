@@ -120,14 +120,10 @@ def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -
     except Exception as e:
         verdict = classify_error(e)
     finally:
-        if cfg.device == "cuda" and torch.cuda.memory_reserved() > _cache_keep_bytes(cfg):
+        if cfg.device == "cuda" and torch.cuda.memory_reserved() > cache_keep_bytes(device_bytes(), cfg):
             torch.cuda.empty_cache()  # a large cache would hold memory the other workers of the GPU may need
     phase_s = {phase: round(s, 4) for phase, s in clock.seconds.items()}
     return Verdict(verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": phase_s})
-
-
-def _cache_keep_bytes(cfg: ExecutionConfig) -> int:
-    return cache_keep_bytes(device_bytes(), cfg)
 
 
 @functools.cache
