@@ -1,14 +1,15 @@
 """How long inductor benchmarks each Triton configuration when a compiled model first runs.
 
-Inductor's benchmarker runs a candidate configuration 5 times to estimate its time, then for up to 25 ms after
-100 cache-flushing writes, and the compiled model's first run autotunes every kernel with more than one
-configuration that way: on an H200 it was the largest share of a compiled task's GPU time (median 0.20 s per
-task over 147 tasks, next to about 0.05 s of timed forwards). A configuration that wins does so by far more
-than the noise of a few runs, so the execution workers give each one AUTOTUNE_ESTIMATION_RUNS runs, then
-AUTOTUNE_BENCHMARK_MS after AUTOTUNE_CACHE_FLUSHES flushes. Tasks of a 600-row run on one H200, compiled again
-with inductor's defaults, ran at a median 1.000 of the compiled time recorded that way (5th-95th percentile
-0.88-1.12 over 77 tasks; two default compiles of a task differ by 0.93-1.08); the compiled models' first runs
-took 47 s of a 600-row run's worker time (74 s with 2 ms after 5 runs).
+Inductor's benchmarker runs a candidate configuration 5 times to estimate its time, then for up to 25 ms (at most
+100 runs, each after a write that flushes the L2 cache) after 100 such writes, and the compiled model's first run
+autotunes every kernel with more than one configuration that way: on an H200 it was the largest share of a compiled
+task's GPU time (median 0.20 s per task over 147 tasks, next to about 0.05 s of timed forwards). A configuration
+that wins does so by far more than the noise of a few runs, so the execution workers give each one
+AUTOTUNE_ESTIMATION_RUNS runs, then AUTOTUNE_BENCHMARK_MS or AUTOTUNE_BENCHMARK_RUNS runs, whichever ends first,
+after AUTOTUNE_CACHE_FLUSHES flushes (a 10 us kernel otherwise ran 100 times, each run with its flush). Tasks of a
+600-row run on one H200, compiled again with inductor's defaults, ran at a median 1.000 of the compiled time
+recorded that way (5th-95th percentile 0.88-1.12 over 77 tasks; two default compiles of a task differ by
+0.93-1.08); the compiled models' first runs took 47 s of a 600-row run's worker time (74 s with 2 ms after 5 runs).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import functools
 import inspect
 
 
-def bound_autotuning(max_ms: float, cache_flushes: int, estimation_runs: int, before_each=None) -> bool:
-    """Make inductor's GPU benchmarker give each configuration at most `max_ms` after `cache_flushes` writes
-    that flush the L2 cache, its time estimated from `estimation_runs` runs first, in this process, unless a
-    caller asks otherwise; False where this torch's benchmarker does not take these settings (it is then left
-    as it is). `before_each()`, where given, is called before each configuration's benchmark: between two,
-    the autotuning may let a timing of another task go first (see device_lock.yield_to_timings)."""
+def bound_autotuning(max_ms: float, max_runs: int, cache_flushes: int, estimation_runs: int,
+                     before_each=None) -> bool:  # fmt: skip
+    """Make inductor's GPU benchmarker give each configuration at most `max_ms` and `max_runs` runs after
+    `cache_flushes` writes that flush the L2 cache, its time estimated from `estimation_runs` runs first, in
+    this process, unless a caller asks otherwise; False where this torch's benchmarker does not take these
+    settings (it is then left as it is). `before_each()`, where given, is called before each configuration's
+    benchmark: between two, the autotuning may let a timing of another task go first (see
+    device_lock.yield_to_timings)."""
     try:
         from torch._inductor.runtime.benchmarking import InductorBenchmarker
     except ImportError:
@@ -30,7 +33,7 @@ def bound_autotuning(max_ms: float, cache_flushes: int, estimation_runs: int, be
     original = InductorBenchmarker.benchmark_gpu
     if getattr(original, "bounded", False):
         return True
-    settings = {"max_benchmark_duration": max_ms, "memory_warmup_iters": cache_flushes,
+    settings = {"max_benchmark_duration": max_ms, "benchmark_iters": max_runs, "memory_warmup_iters": cache_flushes,
                 "estimation_iters": estimation_runs}  # fmt: skip
     if not set(settings) <= set(inspect.signature(original).parameters):
         return False

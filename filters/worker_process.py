@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from opsynth.config import AUTOTUNE_BENCHMARK_MS, AUTOTUNE_CACHE_FLUSHES, AUTOTUNE_ESTIMATION_RUNS
+from opsynth.config import (
+    AUTOTUNE_BENCHMARK_MS,
+    AUTOTUNE_BENCHMARK_RUNS,
+    AUTOTUNE_CACHE_FLUSHES,
+    AUTOTUNE_ESTIMATION_RUNS,
+)
 from opsynth.filters.autotuning import bound_autotuning
 from opsynth.filters.containment import Limits, apply_limits, die_with_parent, enter_namespaces, mount_own_proc
 
@@ -219,8 +224,13 @@ def _set_up_device(torch, cfg, gpu_index: int | None, device_lock=None) -> None:
         if cfg.compile_check:
             # Autotuning runs in the compiled model's first run, sharing the GPU; between its configurations'
             # benchmarks (host work between short kernels) a timing waiting goes first.
-            bound_autotuning(AUTOTUNE_BENCHMARK_MS, AUTOTUNE_CACHE_FLUSHES, AUTOTUNE_ESTIMATION_RUNS,
-                             before_each=lambda: yield_to_timings(device_lock, torch.cuda.synchronize))  # fmt: skip
+            bound_autotuning(
+                AUTOTUNE_BENCHMARK_MS,
+                AUTOTUNE_BENCHMARK_RUNS,
+                AUTOTUNE_CACHE_FLUSHES,
+                AUTOTUNE_ESTIMATION_RUNS,
+                before_each=lambda: yield_to_timings(device_lock, torch.cuda.synchronize),
+            )
     if cfg.compile_check:
         import torch._inductor.config
 

@@ -62,10 +62,11 @@ VERIFY_ATOL = 1e-2
 VERIFY_RTOL = 1e-2
 NUM_DRAWS = 5
 
-# CUDA: each Triton configuration inductor autotunes is benchmarked this long, after this many L2 flushes, its
-# time estimated from this many runs first (inductor's defaults: 25 ms after 100, from 5); see
-# opsynth.filters.autotuning.
+# CUDA: each Triton configuration inductor autotunes is benchmarked for at most this long and this many runs,
+# after this many L2 flushes, its time estimated from this many runs first (inductor's defaults: 25 ms or 100
+# runs after 100 flushes, from 5); see opsynth.filters.autotuning.
 AUTOTUNE_BENCHMARK_MS = 1
+AUTOTUNE_BENCHMARK_RUNS = 10
 AUTOTUNE_CACHE_FLUSHES = 10
 AUTOTUNE_ESTIMATION_RUNS = 2
 

@@ -6,17 +6,28 @@ from opsynth.filters.autotuning import bound_autotuning
 def test_each_configuration_gets_the_bounded_budget_unless_the_caller_names_one(monkeypatch):
     calls = []
 
-    def benchmark_gpu(self, _callable, estimation_iters=5, memory_warmup_iters=100, max_benchmark_duration=25, **kw):
-        calls.append((estimation_iters, memory_warmup_iters, max_benchmark_duration))
+    def benchmark_gpu(self, _callable, estimation_iters=5, memory_warmup_iters=100, benchmark_iters=100,
+                      max_benchmark_duration=25, **kw):  # fmt: skip
+        calls.append((estimation_iters, memory_warmup_iters, benchmark_iters, max_benchmark_duration))
         return 1.0
 
     monkeypatch.setattr(InductorBenchmarker, "benchmark_gpu", benchmark_gpu)
-    assert bound_autotuning(5, 10, 2)
-    assert bound_autotuning(5, 10, 2), "a second call leaves the first bound as it is"
+    assert bound_autotuning(5, 8, 10, 2)
+    assert bound_autotuning(5, 8, 10, 2), "a second call leaves the first bound as it is"
     benchmarker = InductorBenchmarker()
     assert benchmarker.benchmark_gpu(lambda: None) == 1.0
     benchmarker.benchmark_gpu(lambda: None, max_benchmark_duration=40)
-    assert calls == [(2, 10, 5), (2, 10, 40)]
+    assert calls == [(2, 10, 8, 5), (2, 10, 8, 40)]
+
+
+def test_the_real_benchmarker_takes_every_setting():
+    """The installed torch's benchmarker is bounded, not left alone (its signature names all four settings)."""
+    original = InductorBenchmarker.benchmark_gpu
+    try:
+        assert bound_autotuning(5, 8, 10, 2)
+        assert InductorBenchmarker.benchmark_gpu.bounded
+    finally:
+        InductorBenchmarker.benchmark_gpu = original
 
 
 def test_a_benchmarker_without_those_settings_is_left_alone(monkeypatch):
@@ -24,7 +35,7 @@ def test_a_benchmarker_without_those_settings_is_left_alone(monkeypatch):
         return 1.0
 
     monkeypatch.setattr(InductorBenchmarker, "benchmark_gpu", benchmark_gpu)
-    assert not bound_autotuning(5, 10, 2)
+    assert not bound_autotuning(5, 8, 10, 2)
     assert InductorBenchmarker.benchmark_gpu is benchmark_gpu
 
 
@@ -32,12 +43,13 @@ def test_the_hook_runs_before_each_configurations_benchmark(monkeypatch):
     """Between two configurations the autotuning may let another task's timing go first."""
     calls = []
 
-    def benchmark_gpu(self, _callable, estimation_iters=5, memory_warmup_iters=100, max_benchmark_duration=25):
+    def benchmark_gpu(self, _callable, estimation_iters=5, memory_warmup_iters=100, benchmark_iters=100,
+                      max_benchmark_duration=25):  # fmt: skip
         calls.append("benchmark")
         return 1.0
 
     monkeypatch.setattr(InductorBenchmarker, "benchmark_gpu", benchmark_gpu)
-    assert bound_autotuning(5, 10, 2, before_each=lambda: calls.append("pause"))
+    assert bound_autotuning(5, 8, 10, 2, before_each=lambda: calls.append("pause"))
     benchmarker = InductorBenchmarker()
     benchmarker.benchmark_gpu(lambda: None)
     benchmarker.benchmark_gpu(lambda: None)
