@@ -142,6 +142,11 @@ def _docstring(ops: tuple[str, ...]) -> str:
     return f"Applies {', '.join(ops[:-1])} and {ops[-1]} in sequence."
 
 
+def _factory_args(shape: tuple[int, ...], typed: str) -> str:
+    """`(4, 8)`, or `(4, 8, dtype=torch.float16)` in a task of another dtype than float32."""
+    return repr(shape) if not typed else f"({', '.join(map(str, shape))}{typed})"
+
+
 def render(comp: Composition) -> RenderedTask:
     em = _Emitter()
     input_dims = [em.namespace.unique(n) for n in DIM_NAMES[comp.input.rank]]
@@ -158,14 +163,18 @@ def render(comp: Composition) -> RenderedTask:
     lines.append(f"    def __init__(self{''.join(', ' + p for p in em.init_params)}):")
     lines.append("        super().__init__()")
     lines += [f"        {line}" for line in em.init_lines]
+    dtype = comp.input.dtype
+    typed = "" if dtype == "float32" else f", dtype=torch.{dtype}"
+    if typed and em.init_lines:
+        lines.append(f"        self.to(torch.{dtype})")
     lines += ["", f"    def forward(self, {', '.join(em.forward_params)}):"]
     lines += [f"        {line}" for line in em.forward_lines]
     lines += ["        return x", "", ""]
     lines += [f"{name} = {value!r}" for name, value in em.constants]
-    lines += ["", "", "def get_inputs():", f"    x = torch.randn({', '.join(input_dims)})"]
-    lines += [f"    {name} = torch.{op.init}{op.shape!r}" for name, op in em.extra_inputs]
+    lines += ["", "", "def get_inputs():", f"    x = torch.randn({', '.join(input_dims)}{typed})"]
+    lines += [f"    {name} = torch.{op.init}{_factory_args(op.shape, typed)}" for name, op in em.extra_inputs]
     lines += [f"    return [{', '.join(em.forward_params)}]", "", ""]
     lines += ["def get_init_inputs():", f"    return [{', '.join(em.init_params)}]", ""]
 
-    shapes = (comp.input, *tuple(TensorSpec(op.shape) for _, op in em.extra_inputs))
+    shapes = (comp.input, *tuple(TensorSpec(op.shape, dtype) for _, op in em.extra_inputs))
     return RenderedTask("\n".join(lines), ops, tuple(em.init_values), shapes)

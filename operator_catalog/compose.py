@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from opsynth.operator_catalog.entry import (
+    CAST_METHODS,
     NotApplicable,
     OpCall,
     OpEntry,
@@ -70,9 +71,20 @@ class Composition:
         return tuple(n.call.name for n in self.nodes if isinstance(n, OpNode))
 
 
-def sample_input(rank: int, workload: Workload, rng: random.Random, batch_scale: float = 1.0) -> TensorSpec:
-    """A KernelBench-shaped input of the given rank: (B, F), (B, C, L), (B, C, H, W) or (B, C, D, H, W);
-    `batch_scale` multiplies the sampled batch (shape calibration) without changing any other draw."""
+def task_dtype(seed: int, workload: Workload) -> str:
+    """The float dtype a task of `seed` computes in, drawn with the workload's weights from an RNG of its own:
+    where float32 is the only one, nothing is drawn and every other draw of the seed is what it always was."""
+    if len(workload.dtypes) == 1:
+        return workload.dtypes[0][0]
+    names, weights = zip(*workload.dtypes, strict=True)
+    return random.Random(f"{seed}:dtype").choices(names, weights=weights)[0]
+
+
+def sample_input(
+    rank: int, workload: Workload, rng: random.Random, batch_scale: float = 1.0, dtype: str = "float32"
+) -> TensorSpec:
+    """A KernelBench-shaped input of the given rank: (B, F), (B, C, L), (B, C, H, W) or (B, C, D, H, W), in
+    `dtype`; `batch_scale` multiplies the sampled batch (shape calibration) without changing any other draw."""
     batch = max(1, round(rng.choice(workload.batch_sizes) * batch_scale))
     if rank == 2:
         shape = [batch, rng.choice(workload.features)]
@@ -84,7 +96,7 @@ def sample_input(rank: int, workload: Workload, rng: random.Random, batch_scale:
         # The gpu workload wants one dimension of at least min_largest_dim (the released set: 99.4 % of tasks):
         # grow the batch to it and let the spatial extents give way to the budget.
         shape = within_input_budget((workload.min_largest_dim, *shape[1:]), workload, fixed=(0, 1))
-    return TensorSpec(shape)
+    return TensorSpec(shape, dtype)
 
 
 def _divisors(n: int) -> list[int]:
@@ -103,13 +115,14 @@ def balanced_factors(n: int, parts: int) -> tuple[int, ...]:
     return (*dims, n)
 
 
-def glue_for(entry: OpEntry, x: TensorSpec) -> list[GlueNode]:
-    """The smallest glue that makes `x` acceptable to `entry`: a cast, a rank change, a domain map."""
+def glue_for(entry: OpEntry, x: TensorSpec, dtype: str = "float32") -> list[GlueNode]:
+    """The smallest glue that makes `x` acceptable to `entry` in a task of `dtype`: a cast, a rank change, a
+    domain map."""
     glue: list[GlueNode] = []
     if x.is_complex:
         glue.append(GlueNode((("abs", ()),), "dtype"))
     elif not x.is_float and not entry.takes_integers:
-        glue.append(GlueNode((("float", ()),), "dtype"))
+        glue.append(GlueNode(((CAST_METHODS[dtype], ()),), "dtype"))
     if x.rank not in entry.ranks:
         target = min(entry.ranks, key=lambda r: (abs(r - x.rank), -r))
         if target < x.rank:
@@ -135,26 +148,30 @@ def _parameter_count(module: torch.nn.Module) -> int:
     return sum(t.numel() for t in tensors if not isinstance(t, torch.nn.parameter.UninitializedTensorMixin))
 
 
-def chain(entries: list[OpEntry], rng: random.Random, workload: Workload, batch_scale: float = 1.0) -> Composition:
+def chain(
+    entries: list[OpEntry], rng: random.Random, workload: Workload, batch_scale: float = 1.0, dtype: str = "float32"
+) -> Composition:
+    """The entries chained on the meta device in a task of `dtype`: its input, operands and parameters in it."""
     first = entries[0]
-    spec = input_spec = sample_input(rng.choice(first.ranks), workload, rng, batch_scale)
+    spec = input_spec = sample_input(rng.choice(first.ranks), workload, rng, batch_scale, dtype)
+    torch_dtype = getattr(torch, dtype)
     nodes: list[OpNode | GlueNode] = []
     # Deprecated spellings of the released vocabulary (F.upsample, nn.NLLLoss2d) warn on every use; a generated
     # task is meant to use them, so their warnings are not news.
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        x = torch.empty(spec.shape)
+        x = torch.empty(spec.shape, dtype=torch_dtype)
         for entry in entries:
-            for glue in glue_for(entry, spec):
+            for glue in glue_for(entry, spec, dtype):
                 x = glue.apply(x)
                 nodes.append(glue)
                 spec = spec_of(x)
             call = entry.sample(SampleContext(spec, rng, workload))
-            operands = {o: torch.empty(o.shape) for o in operands_of(call)}
+            operands = {o: torch.empty(o.shape, dtype=torch_dtype) for o in operands_of(call)}
             if any(math.prod(o.shape) > workload.max_elements for o in operands):
                 raise NotApplicable(f"{entry.name}: an operand exceeds the element budget")
             # Built once (on meta): its parameters are budgeted like every tensor, then it runs.
-            module = build_module(call) if call.style == "module" else None
+            module = build_module(call).to(torch_dtype) if call.style == "module" else None
             if module is not None and _parameter_count(module) > workload.max_elements:
                 raise NotApplicable(f"{entry.name}: its parameters exceed the element budget")
             if entry.output_shape is None:
@@ -200,10 +217,12 @@ def compose(
     batch_scale: float = 1.0,
     op_weights: str = "uniform",
 ) -> Composition:
-    """A chain of `num_ops` distinct torch operators, deterministic in `seed`, `batch_scale` and `op_weights`
-    (`uniform`, or `ops6k`: as often as CUDA-Agent-Ops-6K uses each operator)."""
+    """A chain of `num_ops` distinct torch operators in the task's dtype (`task_dtype`), deterministic in `seed`,
+    `batch_scale` and `op_weights` (`uniform`, or `ops6k`: as often as CUDA-Agent-Ops-6K uses each operator),
+    drawn from the entries that take that dtype."""
     rng = random.Random(seed)
-    pool = sampleable("torch")
+    dtype = task_dtype(seed, workload)
+    pool = tuple(e for e in sampleable("torch") if dtype in e.dtypes)
     weights = OP_WEIGHTS[op_weights]
     last_error: Exception | None = None
     for _ in range(attempts):
@@ -211,7 +230,7 @@ def compose(
         if any(e.terminal for e in entries[:-1]):
             continue
         try:
-            return chain(entries, rng, workload, batch_scale)
+            return chain(entries, rng, workload, batch_scale, dtype)
         except CHAIN_ERRORS as e:
             last_error = e
     raise CompositionError(f"no valid chain of {num_ops} ops in {attempts} attempts (last: {last_error})")

@@ -6,6 +6,7 @@ is what the code renderer emits and what `apply_call` runs on the meta device, s
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import operator
@@ -18,12 +19,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from opsynth.workload import Workload
+from opsynth.workload import TASK_DTYPES, Workload
 
 Domain = Literal["real", "positive", "unit"]
 EntryKind = Literal["torch", "transformers"]
 
-FLOAT_DTYPES = ("float32",)
+# A chain carries its task's dtype, one of these; glue casts anything else (integers, float64) back to it.
+FLOAT_DTYPES = TASK_DTYPES
+# The tensor method that casts to each (`x.half()`), as glue spells it.
+CAST_METHODS = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}
 
 
 class NotApplicable(Exception):
@@ -207,6 +211,7 @@ class OpEntry:
     # float output shape of a call on an input spec. Everything else is shaped by running it on meta.
     output_shape: Callable[[OpCall, TensorSpec], tuple[int, ...]] | None = field(default=None, compare=False)
     module: str | None = None  # a transformers module's: the modeling module that defines its class
+    dtypes: tuple[str, ...] = FLOAT_DTYPES  # the task dtypes it is sampled in (a chain in any other omits it)
 
     def __post_init__(self) -> None:
         if not self.name or not self.family:
@@ -220,6 +225,8 @@ class OpEntry:
             raise ValueError(f"{self.name}: unknown domain {self.domain!r}")
         if not callable(self.sampler):
             raise ValueError(f"{self.name}: sampler must be callable")
+        if "float32" not in self.dtypes or not set(self.dtypes) <= set(FLOAT_DTYPES):
+            raise ValueError(f"{self.name}: dtypes must include float32 and be among {FLOAT_DTYPES}, got {self.dtypes}")
 
     def module_class(self) -> type:
         """A transformers module's class, imported."""
@@ -315,6 +322,15 @@ def operands_of(call: OpCall) -> list[Operand]:
     walk(call.args)
     walk(tuple(v for _, v in call.kwargs))
     return found
+
+
+def float32_only(entries: list[OpEntry], names: set[str]) -> list[OpEntry]:
+    """`entries`, those `names` sampled in float32 tasks alone: their kernels lack bfloat16 or float16 on the CPU
+    or on CUDA, so a task of another dtype would only fail to run."""
+    unknown = names - {e.name for e in entries}
+    if unknown:
+        raise ValueError(f"float32_only: no entries named {sorted(unknown)}")
+    return [dataclasses.replace(e, dtypes=("float32",)) if e.name in names else e for e in entries]
 
 
 def excluded_entry(name: str, family: str, reason: str) -> OpEntry:

@@ -16,6 +16,7 @@ from opsynth.operator_catalog.entry import (
     SampleContext,
     X,
     excluded_entry,
+    float32_only,
     styled_call,
 )
 
@@ -122,7 +123,7 @@ def _pdist(name: str):
 
 CTC = "needs integer label sequences with per-sample lengths, and has no meta kernel to check its shapes with"
 
-ENTRIES = [
+_ENTRIES = [
     OpEntry(name="nn.MSELoss", family=FAMILY, sampler=_pointwise("nn.MSELoss", "module"), ranks=RANKS),
     OpEntry(name="F.mse_loss", family=FAMILY, sampler=_pointwise("F.mse_loss", "function"), ranks=RANKS),
     OpEntry(name="nn.L1Loss", family=FAMILY, sampler=_pointwise("nn.L1Loss", "module"), ranks=RANKS),
@@ -207,3 +208,5 @@ ENTRIES = [
     excluded_entry("F.ctc_loss", FAMILY, CTC),
     excluded_entry("nn.CTCLoss", FAMILY, CTC),
 ]
+# multilabel_margin_loss and pdist have no bfloat16 or float16 kernel on the CPU.
+ENTRIES = float32_only(_ENTRIES, {"nn.MultiLabelMarginLoss", "F.multilabel_margin_loss", "F.pdist", "torch.pdist"})

@@ -14,6 +14,7 @@ from opsynth.operator_catalog.entry import (
     SampleContext,
     X,
     excluded_entry,
+    float32_only,
 )
 
 FAMILY = "normalization"
@@ -187,7 +188,7 @@ def _cross_map_lrn(ctx: SampleContext) -> OpCall:
     )
 
 
-ENTRIES = [
+_ENTRIES = [
     OpEntry(name="nn.BatchNorm1d", family=FAMILY, sampler=_channel_norm("nn.BatchNorm1d"), ranks=(2, 3)),
     OpEntry(name="nn.BatchNorm2d", family=FAMILY, sampler=_channel_norm("nn.BatchNorm2d"), ranks=(4,)),
     OpEntry(name="nn.BatchNorm3d", family=FAMILY, sampler=_channel_norm("nn.BatchNorm3d"), ranks=(5,)),
@@ -224,3 +225,5 @@ ENTRIES = [
         "a cuDNN-only kernel with no CPU or meta implementation, so tasks using it cannot be checked or run on CPU",
     ),
 ]
+# local_response_norm pools a 4-d input with avg_pool3d, which has no bfloat16 or float16 kernel on the CPU.
+ENTRIES = float32_only(_ENTRIES, {"nn.LocalResponseNorm", "F.local_response_norm"})

@@ -5,7 +5,15 @@ Windows never exceed the input's smallest spatial extent, so every sampled pool 
 
 from __future__ import annotations
 
-from opsynth.operator_catalog.entry import NotApplicable, OpCall, OpEntry, SampleContext, X, keyword_call
+from opsynth.operator_catalog.entry import (
+    NotApplicable,
+    OpCall,
+    OpEntry,
+    SampleContext,
+    X,
+    float32_only,
+    keyword_call,
+)
 
 FAMILY = "pooling"
 
@@ -62,7 +70,7 @@ def _lp_pool(name: str, style: str):
     return sample
 
 
-ENTRIES = [
+_ENTRIES = [
     *(
         OpEntry(name=f"nn.{k}Pool{d}d", family=FAMILY, sampler=_pool(f"nn.{k}Pool{d}d", "module"), ranks=(d + 2,))
         for k in ("Max", "Avg")
@@ -141,3 +149,5 @@ ENTRIES = [
         for d in (2, 3)
     ),
 ]
+# avg_pool3d has no bfloat16 or float16 kernel on the CPU (lp_pool3d is built on it).
+ENTRIES = float32_only(_ENTRIES, {"nn.AvgPool3d", "F.avg_pool3d", "F.lp_pool3d"})

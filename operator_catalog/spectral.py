@@ -6,7 +6,16 @@ A complex result that another operator (or the task's output) has to read is tur
 
 from __future__ import annotations
 
-from opsynth.operator_catalog.entry import Expr, NotApplicable, OpCall, OpEntry, Operand, SampleContext, X
+from opsynth.operator_catalog.entry import (
+    Expr,
+    NotApplicable,
+    OpCall,
+    OpEntry,
+    Operand,
+    SampleContext,
+    X,
+    float32_only,
+)
 
 FAMILY = "spectral"
 RANKS = (2, 3, 4, 5)
@@ -59,9 +68,11 @@ def _polar(ctx: SampleContext) -> OpCall:
     )
 
 
-ENTRIES = [
+_ENTRIES = [
     OpEntry(name="torch.stft", family=FAMILY, sampler=_stft, ranks=(2,)),
     OpEntry(name="torch.view_as_complex", family=FAMILY, sampler=_view_as_complex, ranks=RANKS),
     OpEntry(name="torch.view_as_real", family=FAMILY, sampler=_view_as_real, ranks=(2, 3, 4)),
     OpEntry(name="torch.polar", family=FAMILY, sampler=_polar, ranks=RANKS, domain="positive"),
 ]
+# FFTs take no bfloat16 (and float16 only at some sizes), nor do the CPU's complex half kernels: float32 alone.
+ENTRIES = float32_only(_ENTRIES, {e.name for e in _ENTRIES})

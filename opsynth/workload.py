@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The floating-point dtypes a task may compute in (`Workload.dtypes`, `generate --dtypes`), float32 first: the one
+# every catalog entry takes, and the only one unless asked.
+TASK_DTYPES = ("float32", "bfloat16", "float16")
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -18,3 +22,5 @@ class Workload:
     runtime_window_ms: tuple[float, float]  # eager time window of the runtime filter
     timeout_s: float  # per-candidate wall-clock limit of the execution worker
     min_largest_dim: int = 0  # calibration never shrinks an input below this largest dimension
+    # (dtype, weight) pairs: a task computes in one float dtype, drawn with these weights (only float32: no draw)
+    dtypes: tuple[tuple[str, float], ...] = (("float32", 1.0),)

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -5,8 +7,10 @@ from opsynth.config import COMPOSE_ATTEMPTS, WORKLOADS
 from opsynth.filters.task_loading import load_task
 from opsynth.operator_catalog import get
 from opsynth.operator_catalog.codegen import render
-from opsynth.operator_catalog.compose import GlueNode, OpNode, balanced_factors, chain, compose
+from opsynth.operator_catalog.compose import GlueNode, OpNode, balanced_factors, chain, compose, task_dtype
+from opsynth.operator_catalog.entry import CAST_METHODS
 from opsynth.operator_catalog.faithfulness import ops_faithful, ops_in_forward
+from opsynth.operator_catalog.registry import sampleable
 
 TINY = WORKLOADS["tiny"]
 
@@ -215,3 +219,53 @@ def test_a_recurrence_states_the_output_shape_that_running_it_on_meta_gives(name
         checked += 1
         bidirectional += dict(call.init_kwargs).get("bidirectional", False)
     assert checked >= 10 and 0 < bidirectional < checked
+
+
+MIXED = replace(TINY, dtypes=(("float32", 1.0), ("bfloat16", 1.0), ("float16", 1.0)))
+
+
+def test_float32_alone_draws_no_dtype_and_composes_what_it_always_did():
+    """A workload of float32 alone leaves each seed's program as it was; a mix draws the dtype from an RNG of
+    its own, so its float32 tasks are those programs too."""
+    assert {task_dtype(seed, TINY) for seed in range(50)} == {"float32"}
+    for seed in range(30):
+        if task_dtype(seed, MIXED) == "float32":
+            assert (
+                render(compose(seed, 3, MIXED, COMPOSE_ATTEMPTS)).source
+                == render(compose(seed, 3, TINY, COMPOSE_ATTEMPTS)).source
+            )
+    assert {task_dtype(seed, MIXED) for seed in range(50)} == {"float32", "bfloat16", "float16"}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_task_computes_in_its_dtype_inputs_and_parameters_alike(dtype):
+    import random
+
+    comp = chain([get("nn.Conv2d"), get("torch.argmax"), get("F.linear")], random.Random(3), TINY, dtype=dtype)
+    task = render(comp)
+    assert [s.dtype for s in task.input_shapes] == [dtype] * len(task.input_shapes)
+    assert f".{CAST_METHODS[dtype]}()  # glue (dtype)" in task.source  # argmax's integers cast back
+    loaded = load_task(task.source)
+    inputs = loaded.get_inputs()
+    model = loaded.model_class(*loaded.get_init_inputs()).eval()
+    assert {t.dtype for t in inputs} | {p.dtype for p in model.parameters()} == {getattr(torch, dtype)}
+    with torch.no_grad():
+        out = model(*inputs)
+    assert out.dtype == getattr(torch, dtype) and tuple(out.shape) == comp.output.shape
+
+
+def test_a_task_draws_only_operators_that_take_its_dtype():
+    half_only = [(seed, render(compose(seed, 2, replace(TINY, dtypes=(("float16", 1.0),)), COMPOSE_ATTEMPTS)))
+                 for seed in range(60)]  # fmt: skip
+    float32_only = {e.name for e in sampleable("torch") if "float16" not in e.dtypes}
+    assert {"torch.stft", "torch.pdist", "nn.AvgPool3d"} <= float32_only
+    for seed, task in half_only:
+        assert not float32_only & set(task.ops), seed
+        assert "dtype=torch.float16" in task.source
+
+
+def test_an_entry_takes_float32_at_least():
+    with pytest.raises(ValueError, match="float32"):
+        replace(get("F.relu"), dtypes=("bfloat16",))
+    with pytest.raises(ValueError, match="float32"):
+        replace(get("F.relu"), dtypes=("float32", "float64"))
