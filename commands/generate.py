@@ -53,6 +53,12 @@ def register(sub) -> None:
         help="how operators are drawn: as often as CUDA-Agent-Ops-6K uses them, or uniformly (default: the preset's)",
     )
     gen.add_argument(
+        "--dtypes",
+        metavar="DTYPE=WEIGHT,...",
+        help="the dtypes torch tasks compute in, drawn per task with these weights: float32, bfloat16, float16 "
+        "(e.g. float32=80,bfloat16=10,float16=10; default float32 alone; transformers tasks stay float32)",
+    )
+    gen.add_argument(
         "--batch-size",
         type=int,
         help="candidates handed to the workers at once (default: a whole round with Beam's local runner in this "
@@ -83,13 +89,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from opsynth.options import GenerateOptions, check_preset, parse_mixture
+    from opsynth.options import GenerateOptions, check_preset, parse_dtypes, parse_mixture
 
     if args.out is None and not args.plan:
         raise UsageError("generate needs --out DIR, the folder the dataset goes to (see `opsynth generate --help`)")
     preset = check_preset(args.preset)
     num_samples = positive("--num-samples", args.num_samples) or preset["num_samples"]
     mixture = parse_mixture(args.mixture) if args.mixture is not None else dict(preset["mixture"])
+    dtypes = parse_dtypes(args.dtypes) if args.dtypes is not None else None
     # The checks above need neither Beam nor torch, so a mistyped value is told at once; the rest import them.
     extra = args.beam_args  # the options generate does not define: Beam's
     unknown = _unknown_beam_args(extra)
@@ -111,6 +118,7 @@ def run(args) -> int:
         preset=args.preset,
         mixture=mixture,
         op_weights=args.op_weights or preset["op_weights"],
+        dtypes=dtypes,
         batch_size=batch_size,
         accelerator=args.accelerator or None,
         quiet=args.quiet or args.json,

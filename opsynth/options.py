@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, replace
 
 from opsynth.config import DATA_SOURCES, MIXTURE_ALIASES, PRESETS, WORKLOADS
 from opsynth.errors import UsageError
-from opsynth.workload import Workload
+from opsynth.workload import TASK_DTYPES, Workload
 
 MIXTURE_SLACK = 0.1  # percent by which --mixture's shares may miss 100 (thirds written as 33.33)
 
@@ -38,12 +38,15 @@ class GenerateOptions:
     max_elements: int | None = None  # the element budget where the GPU's memory sets it (else the workload's)
     accelerator: str | None = None  # the execution stage's accelerator resource hint, in the runner's format
     quiet: bool = False  # no progress lines: only warnings, errors and the final line
+    dtypes: dict[str, float] | None = None  # the torch tasks' dtypes and their weights (None: float32 alone)
 
     @property
     def sizes(self) -> Workload:
         """The workload that candidates are made at: the named one, under this run's element budget."""
         workload = WORKLOADS[self.workload]
-        return workload if self.max_elements is None else replace(workload, max_elements=self.max_elements)
+        if self.max_elements is not None:
+            workload = replace(workload, max_elements=self.max_elements)
+        return workload if self.dtypes is None else replace(workload, dtypes=tuple(self.dtypes.items()))
 
     def fingerprint(self) -> dict:
         """What must match for a run in an existing folder to resume it."""
@@ -53,6 +56,8 @@ class GenerateOptions:
         d["runtime_window_ms"] = list(self.runtime_window_ms)
         for volatile in ("workers", "batch_size", "timeout_s", "shared_checks", "accelerator", "quiet"):
             d.pop(volatile)
+        if self.dtypes is None:
+            d.pop("dtypes")  # as runs made before --dtypes existed recorded it
         return d
 
 
@@ -83,6 +88,33 @@ def parse_mixture(text: str) -> dict[str, float]:
             f"--mixture: the shares add up to {total:g}, not 100; give percentages, e.g. --mixture torch1=20,torch2=80"
         )
     return {s: shares.get(s, 0.0) * 100.0 / total for s in DATA_SOURCES}
+
+
+def parse_dtypes(text: str) -> dict[str, float] | None:
+    """`float32=80,bfloat16=20` (weights, in any unit) or `float32,bfloat16` (even) -> {dtype: weight} in
+    TASK_DTYPES order, zero weights dropped; None where float32 alone is left (the default)."""
+    weights: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if name not in TASK_DTYPES:
+            raise UsageError(
+                f"--dtypes: unknown dtype {name!r}; choose among {', '.join(TASK_DTYPES)}, "
+                "e.g. --dtypes float32=80,bfloat16=10,float16=10"
+            )
+        try:
+            weight = float(value) if sep else 1.0
+        except ValueError:
+            raise UsageError(f"--dtypes: weight of {name} is not a number: {value!r}") from None
+        if not math.isfinite(weight) or weight < 0:
+            raise UsageError(f"--dtypes: weight of {name} must be a non-negative number, got {value!r}")
+        if name in weights:
+            raise UsageError(f"--dtypes: {name} is given twice")
+        weights[name] = weight
+    if not any(weights.values()):
+        raise UsageError("--dtypes: give at least one dtype a positive weight, e.g. --dtypes float32=80,bfloat16=20")
+    ordered = {d: weights[d] for d in TASK_DTYPES if weights.get(d)}
+    return None if list(ordered) == ["float32"] else ordered
 
 
 def parse_window(text: str) -> tuple[float, float]:

@@ -179,6 +179,7 @@ def render_card(stats: dict, splits: dict[str, dict], dataset: str | None = None
         [
             ("seed", cfg["seed"]),
             ("workload", cfg["workload"]),
+            ("dtypes", _dtypes(cfg.get("dtypes"))),
             ("device", stats["device"]),
             ("eager runtime window", f"[{window[0]}, {window[1]}] ms{_kept_inside(cfg.get('keep_margin'))}"),
             ("torch.compile check", "on" if cfg["compile_check"] else "off"),
@@ -255,6 +256,15 @@ def card_for(folder: Path, dataset: str) -> str:
     """The card of a finished folder, its load example naming `dataset` (the Hub repository it goes to)."""
     stats = json.loads((folder / "stats.json").read_text())
     return render_card(stats, folder_splits(folder), dataset)
+
+
+def _dtypes(weights: dict[str, float] | None) -> str:
+    """The dtypes torch tasks were drawn in, as shares (float32 alone where none were asked)."""
+    if not weights:
+        return "float32"
+    total = sum(weights.values())
+    shares = ", ".join(f"{name} {100 * w / total:.0f} %" for name, w in weights.items())
+    return f"{shares} of torch tasks, drawn per task (transformers tasks float32)"
 
 
 def _kept_inside(margin: float | None) -> str:

@@ -2,7 +2,7 @@ import pytest
 
 from opsynth.config import OPS6K_MIXTURE
 from opsynth.errors import UsageError
-from opsynth.options import parse_mixture, parse_window, quotas
+from opsynth.options import parse_dtypes, parse_mixture, parse_window, quotas
 
 
 def test_6000_rows_reproduce_the_released_counts():
@@ -140,6 +140,20 @@ def test_a_resumed_round_follows_the_plan_it_wrote(tmp_path):
     assert list(recorded_plan(str(done))) == ["torch#1", "torch#2"]  # in the mixture's order, as planned
 
 
+def test_dtypes_read_as_weights_in_a_fixed_order_float32_alone_as_none():
+    assert parse_dtypes("bfloat16=1, float32=3") == {"float32": 3.0, "bfloat16": 1.0}
+    assert parse_dtypes("float16,bfloat16") == {"bfloat16": 1.0, "float16": 1.0}
+    assert parse_dtypes("float16=0,float32=5") is None  # the default: float32 alone
+    assert parse_dtypes("float16") == {"float16": 1.0}
+
+
+@pytest.mark.parametrize("text", ["float64", "half", "float32=x", "float32=-1", "float32=0", "float32,float32", "",
+                                  "bfloat16=inf"])  # fmt: skip
+def test_malformed_dtypes_are_usage_errors(text):
+    with pytest.raises(UsageError, match="--dtypes"):
+        parse_dtypes(text)
+
+
 def test_a_gpu_set_element_budget_is_part_of_what_a_resume_must_match():
     from dataclasses import replace
 
@@ -153,6 +167,10 @@ def test_a_gpu_set_element_budget_is_part_of_what_a_resume_must_match():
     assert options.fingerprint()["max_elements"] is None  # the workload's own budget
     assert replace(options, max_elements=1 << 31).fingerprint()["max_elements"] == 1 << 31
     assert replace(options, workers=7, accelerator="x").fingerprint() == options.fingerprint()
+    assert "dtypes" not in options.fingerprint()  # as a run made before --dtypes recorded it
+    mixed = replace(options, dtypes={"float32": 3.0, "bfloat16": 1.0})
+    assert mixed.fingerprint()["dtypes"] == {"float32": 3.0, "bfloat16": 1.0}
+    assert mixed.sizes.dtypes == (("float32", 3.0), ("bfloat16", 1.0)) and options.sizes.dtypes == (("float32", 1.0),)
 
 
 def test_a_data_source_name_says_its_kind_and_operator_count():

@@ -42,6 +42,7 @@ GEN = ["generate", "--device", "cpu", "--workload", "tiny"]
         (["--timeout-s", "-5"], "--timeout-s"),
         (["--runtime-window-ms", "1-100"], "--runtime-window-ms"),
         (["--mixture", "torch2=100%"], "--mixture"),
+        (["--dtypes", "float64"], "--dtypes"),
         (["--similarity-threshold", "-0.1"], "--similarity-threshold"),
         (["--runner", "DataflowRunner"], "--workers"),  # a distributed runner needs the per-worker processes
     ],

@@ -377,3 +377,22 @@ def test_an_exhausted_source_is_retired_and_the_set_keeps_its_size(tmp_path, mon
     assert len(load_dataset(str(out), split="train")) == 12
     for round_dir in sorted((out / ".opsynth").glob("round-*")):
         assert json.loads((round_dir / "plan.json").read_text())  # every round wrote the plan it followed
+
+
+def test_tasks_of_other_dtypes_compute_in_them_and_the_card_says_so(tmp_path):
+    out = tmp_path / "dt"
+    argv = ["generate", "--out", str(out), "--num-samples", "6", "--mixture", "torch2=100", "--seed", "8", *TINY,
+            "--no-compile-check", "--dtypes", "bfloat16=1,float16=1"]  # fmt: skip
+    assert main(argv) == 0
+    seen = set()
+    for row in load_dataset(str(out), split="train"):
+        (dtype,) = {s["dtype"] for s in row["input_shapes"]}
+        seen.add(dtype)
+        assert f"dtype=torch.{dtype}" in row["code"]
+        task = load_task(row["code"])
+        with torch.no_grad():
+            outs = flatten_outputs(task.model_class(*task.get_init_inputs()).eval()(*task.get_inputs()))
+        assert all(t.dtype == getattr(torch, dtype) for t in outs if t.is_floating_point())
+    assert seen <= {"bfloat16", "float16"} and seen
+    assert json.loads((out / "stats.json").read_text())["config"]["dtypes"] == {"bfloat16": 1.0, "float16": 1.0}
+    assert "bfloat16 50 %, float16 50 % of torch tasks" in (out / "README.md").read_text()
