@@ -129,7 +129,7 @@ def run(args) -> int:
 
         plans = plan(options)
         print(report(plans, options))
-        refuse_short(plans)
+        refuse_short(plans, options)
         return 0
     from opsynth.pipeline.display import Display, showing
     from opsynth.pipeline.run import generate

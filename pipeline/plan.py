@@ -34,6 +34,7 @@ from opsynth.options import GenerateOptions, quotas
 from opsynth.pipeline.candidates import make_candidate
 from opsynth.pipeline.selection import rows_per_graph
 from opsynth.records import CandidateSpec, candidate_seed
+from opsynth.workload import TASK_DTYPES
 
 OPEN = None  # a capacity with no end in sight
 
@@ -141,10 +142,11 @@ def plan(options: GenerateOptions, sample: int = PLAN_SAMPLE) -> list[SourcePlan
 
 def report(plans: list[SourcePlan], options: GenerateOptions) -> str:
     """The plan as a table, headed by what it was made for."""
+    dtypes = "" if options.dtypes is None else ", dtypes " + ",".join(f"{d}={w:g}" for d, w in options.dtypes.items())
     lines = [
         f"plan for {options.num_samples} rows (seed {options.seed}, {options.workload} workload, "
-        f"{options.op_weights} operator weights); needed = rows / {PLAN_EXECUTION_YIELD:.0%} expected to pass "
-        "execution",
+        f"{options.op_weights} operator weights{dtypes}); needed = rows / {PLAN_EXECUTION_YIELD:.0%} expected to "
+        "pass execution",
         f"{'source':<13}{'rows':>8}{'needed':>8}{'walked':>8}{'distinct':>10}{'holds':>10}  verdict",
     ]
     for p in plans:
@@ -154,11 +156,13 @@ def report(plans: list[SourcePlan], options: GenerateOptions) -> str:
     return "\n".join(lines)
 
 
-def refuse_short(plans: list[SourcePlan]) -> None:
+def refuse_short(plans: list[SourcePlan], options: GenerateOptions) -> None:
     """A UsageError naming the first data source that cannot yield its rows, if any."""
+    more_dtypes = len(options.sizes.dtypes) < len(TASK_DTYPES)
     for p in plans:
         if not p.met:
             raise UsageError(
                 f"{p.source} holds about {p.capacity} distinct tasks, short of the {p.needed} its {p.rows} rows "
                 f"need; lower its share in --mixture or --num-samples"
+                + (", or draw tasks in more dtypes (--dtypes)" if more_dtypes and p.source != "transformers" else "")
             )

@@ -61,6 +61,24 @@ def test_plan_prints_each_source_and_refuses_a_mixture_a_source_cannot_meet(caps
     assert captured.err.startswith("opsynth: error: torch#1 holds about") and len(captured.err.splitlines()) == 1
 
 
+def test_dtypes_widen_what_a_source_holds_and_a_refusal_says_so(capsys):
+    from dataclasses import replace
+
+    asked = _options(50_000, {"torch#1": 100.0})
+    float32 = walk_source(asked, "torch#1", 50_000, sample=300)
+    mixed = walk_source(replace(asked, dtypes={"float32": 1.0, "bfloat16": 1.0, "float16": 1.0}), "torch#1", 50_000,
+                        sample=300)  # fmt: skip
+    assert mixed.distinct > float32.distinct and mixed.capacity > float32.capacity
+
+    argv = ["generate", "--plan", "--num-samples", "100000", "--mixture", "torch1=100", "--device", "cpu",
+            "--workload", "tiny"]  # fmt: skip
+    assert main(argv) == 2
+    assert "(--dtypes)" in capsys.readouterr().err
+    assert main([*argv, "--dtypes", "float32,bfloat16,float16"]) == 2
+    captured = capsys.readouterr()
+    assert "dtypes float32=1,bfloat16=1,float16=1" in captured.out and "(--dtypes)" not in captured.err
+
+
 @pytest.mark.parametrize("argv", [["--num-samples", "5"], ["--num-samples", "5", "--device", "cpu"]])
 def test_generate_without_out_or_plan_is_a_usage_error(argv, capsys):
     assert main(["generate", *argv]) == 2
