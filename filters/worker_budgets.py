@@ -109,6 +109,12 @@ def await_free_memory(
     return True
 
 
+def spare_device_bytes(limit: int, allocated: int, reserved: int, free: int) -> int:
+    """What a worker may still allocate on its GPU: within its own `limit`, and within what the GPU has `free`
+    (its allocator's cached blocks, `reserved` but not `allocated`, are free to it)."""
+    return max(0, min(limit - allocated, free + reserved - allocated))
+
+
 def element_budget(device_bytes: int, cfg: ExecutionConfig) -> int:
     """The most fp32 elements one tensor of a task may hold on a GPU of `device_bytes`: LIVE_COPIES of it fit
     one worker's memory budget; a power of two."""

@@ -31,7 +31,7 @@ from opsynth.config import (
     AUTOTUNE_CACHE_FLUSHES,
     AUTOTUNE_ESTIMATION_RUNS,
 )
-from opsynth.filters.autotuning import bound_autotuning
+from opsynth.filters.autotuning import bound_autotuning, clone_on_device
 from opsynth.filters.containment import Limits, apply_limits, die_with_parent, enter_namespaces, mount_own_proc
 
 EXECUTE = "execute"  # every execution check (filters.execution.run_checks)
@@ -213,7 +213,7 @@ def _serve(conn: Connection, containment: dict) -> None:
 
 def _set_up_device(torch, cfg, gpu_index: int | None, device_lock=None) -> None:
     from opsynth.filters.device_lock import yield_to_timings
-    from opsynth.filters.worker_budgets import memory_share, task_threads, workers_per_gpu
+    from opsynth.filters.worker_budgets import memory_share, spare_device_bytes, task_threads, workers_per_gpu
 
     # The workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up as
     # ~10 ms forwards in tiny-workload timings; and the time limit counts a task's CPU time over these threads.
@@ -231,6 +231,14 @@ def _set_up_device(torch, cfg, gpu_index: int | None, device_lock=None) -> None:
                 AUTOTUNE_ESTIMATION_RUNS,
                 before_each=lambda: yield_to_timings(device_lock, torch.cuda.synchronize),
             )
+
+            def spare_bytes() -> int:
+                free, total = torch.cuda.mem_get_info()
+                fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda: 1.0)()
+                limit = int(fraction * total)
+                return spare_device_bytes(limit, torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), free)
+
+            clone_on_device(spare_bytes)
     if cfg.compile_check:
         import torch._inductor.config
 

@@ -1,6 +1,10 @@
-from torch._inductor.runtime.benchmarking import InductorBenchmarker
+from types import SimpleNamespace
 
-from opsynth.filters.autotuning import bound_autotuning
+import torch
+from torch._inductor.runtime.benchmarking import InductorBenchmarker
+from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+from opsynth.filters.autotuning import bound_autotuning, clone_on_device
 
 
 def test_each_configuration_gets_the_bounded_budget_unless_the_caller_names_one(monkeypatch):
@@ -54,3 +58,35 @@ def test_the_hook_runs_before_each_configurations_benchmark(monkeypatch):
     benchmarker.benchmark_gpu(lambda: None)
     benchmarker.benchmark_gpu(lambda: None)
     assert calls == ["pause", "benchmark", "pause", "benchmark"]
+
+
+def _autotuner_copies(monkeypatch, spare_bytes) -> list:
+    """Which buffers inductor's own rule was asked about, for a kernel writing its first argument (1 MiB, on a
+    device: meta here) and reading its second, with `spare_bytes` what the worker may still allocate."""
+    asked = []
+
+    def copy_args_to_cpu_if_needed(self, *args, **kwargs):
+        asked.append(len(args))
+        return {"in_out_ptr0": "host copy"}
+
+    monkeypatch.setattr(CachingAutotuner, "copy_args_to_cpu_if_needed", copy_args_to_cpu_if_needed)
+    assert clone_on_device(spare_bytes)
+    assert clone_on_device(spare_bytes), "a second call leaves the first as it is"
+    names = ["in_out_ptr0", "in_ptr1"]
+    kernel = SimpleNamespace(fn=SimpleNamespace(arg_names=names), mutated_arg_names=names[:1])
+    written, read = torch.empty(1 << 18, device="meta"), torch.empty(1 << 30, device="meta")
+    copies = CachingAutotuner.copy_args_to_cpu_if_needed(kernel, written, read)
+    return [copies, asked]
+
+
+def test_a_written_buffer_that_fits_the_workers_budget_is_copied_on_the_device(monkeypatch):
+    assert _autotuner_copies(monkeypatch, lambda: 4 << 20) == [{}, []]  # 1 MiB within half of 4 MiB
+
+
+def test_a_written_buffer_too_large_for_it_is_left_to_inductors_own_rule(monkeypatch):
+    assert _autotuner_copies(monkeypatch, lambda: 1 << 20) == [{"in_out_ptr0": "host copy"}, [2]]
+
+    def unreadable():
+        raise RuntimeError("no memory information")
+
+    assert _autotuner_copies(monkeypatch, unreadable)[0] == {"in_out_ptr0": "host copy"}

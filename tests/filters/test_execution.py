@@ -13,6 +13,7 @@ from opsynth.filters.worker_budgets import (
     await_free_memory,
     cache_keep_bytes,
     memory_share,
+    spare_device_bytes,
     workers_per_gpu,
 )
 from opsynth.filters.workers import Job, WorkerPool
@@ -175,6 +176,13 @@ def test_the_workers_of_a_gpu_keep_a_tenth_of_its_memory_cached_between_tasks_at
         cfg = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=60.0, workers=workers)
         sharers = workers_per_gpu(cfg)  # the workers of one GPU: all of them on a machine of one
         assert 13.9 * gib <= sharers * cache_keep_bytes(140 * gib, cfg) <= 14 * gib
+
+
+def test_a_worker_may_allocate_within_its_limit_and_what_the_gpu_has_free_its_own_cache_included():
+    gib = 1 << 30
+    assert spare_device_bytes(limit=40 * gib, allocated=10 * gib, reserved=12 * gib, free=50 * gib) == 30 * gib
+    assert spare_device_bytes(limit=40 * gib, allocated=10 * gib, reserved=12 * gib, free=5 * gib) == 7 * gib
+    assert spare_device_bytes(limit=8 * gib, allocated=10 * gib, reserved=10 * gib, free=5 * gib) == 0
 
 
 def test_a_task_retried_after_running_out_of_memory_first_waits_for_a_budget_of_it_to_be_free():
