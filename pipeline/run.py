@@ -98,7 +98,8 @@ def generate(
         # The workers start first: they import torch and set up their device while this process warms up and
         # round 0 makes its candidates. Helpers for the CPU stages' own work (pipeline.parallel) are forked
         # after them, but before any thread of this process starts.
-        # Round 0's shape check would otherwise wait for its workers' first transformers tasks to import it.
+        # Round 0's shape check would otherwise wait for its workers' first transformers tasks to import it, and
+        # its execution begin with most workers importing it at once, the GPU idle meanwhile.
         preload = (SHARED_MODULE,) if quota.get(TRANSFORMERS) else ()
         with run_pools(execution, here, preload) as workers:
             helpers = helpers_for() if here else 0
@@ -130,8 +131,8 @@ def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: flo
     """This process's GPU busy fraction per GPU (NVML) from its first execution to its last, for its session
     record, with when (seconds after the session's start `t0`) its execution workers began to start and were all
     up, its shape check's workers (`shapes`, the pool round 0's CPU stages wait for) too, when the first
-    execution began, and how many workers were replaced meanwhile; empty where the GPUs are not watched here (CPU runs, workers on a distributed runner's
-    machines)."""
+    execution began, and how many workers were replaced meanwhile; empty where the GPUs are not watched here
+    (CPU runs, workers on a distributed runner's machines)."""
     if monitor is None or pool is None:
         return {}
     if monitor.unavailable:
@@ -173,11 +174,11 @@ class RunWorkers:
 
 
 @contextlib.contextmanager
-def run_pools(execution: ExecutionConfig, here: bool, shape_preload: tuple[str, ...] = ()) -> Iterator[RunWorkers]:
+def run_pools(execution: ExecutionConfig, here: bool, preload: tuple[str, ...] = ()) -> Iterator[RunWorkers]:
     """The run's worker pools; where its stages run in this process (`here`), the execution's and the shape
-    check's workers start now, the execution's at a lower priority while they start (the CPU stages before
-    round 0 are what its first execution waits for), the shape check's importing `shape_preload` as they do,
-    and are held until the run ends (Beam's Shared keeps only the last object acquired in a process alive).
+    check's workers start now, both importing `preload` as they do, the execution's at a lower priority while
+    they start (the CPU stages before round 0 are what its first execution waits for), and are held until the
+    run ends (Beam's Shared keeps only the last object acquired in a process alive).
     Closed on the way out, if not before."""
     workers = RunWorkers(
         execution, Pools(Shared(), Shared(), shape_check_config(execution, shape_workers() if here else 1)), here
@@ -186,10 +187,10 @@ def run_pools(execution: ExecutionConfig, here: bool, shape_preload: tuple[str, 
     try:
         if here:
             workers.execution_pool = pools.execution.acquire(
-                lambda: WorkerPool(execution, start_nice=AHEAD_NICE), tag=execution
+                lambda: WorkerPool(execution, start_nice=AHEAD_NICE, preload=preload), tag=execution
             )
             workers.shape_pool = pools.shapes.acquire(
-                lambda: WorkerPool(pools.shape_config, preload=shape_preload), tag=pools.shape_config
+                lambda: WorkerPool(pools.shape_config, preload=preload), tag=pools.shape_config
             )
         yield workers
     finally:

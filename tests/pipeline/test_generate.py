@@ -306,6 +306,17 @@ def test_a_run_in_this_process_starts_its_two_pools_once(pools_made, tmp_path):
     assert not any(pool._finalizer.alive for pool in made)
 
 
+def test_both_pools_import_what_the_run_preloads_as_their_workers_start(pools_made):
+    from opsynth.filters.execution import ExecutionConfig
+    from opsynth.pipeline.run import run_pools
+
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 20.0), timeout_s=10.0, compile_check=False, workers=1)
+    with run_pools(cfg, True, ("json",)) as workers:
+        assert workers.execution_pool.preload == workers.shape_pool.preload == ("json",)
+        assert workers.execution_pool.start_nice > 0 == workers.shape_pool.start_nice  # the execution's start yields
+    assert len(pools_made) == 2
+
+
 def test_a_round_is_one_batch_where_the_pipelines_run_in_this_process():
     from opsynth.commands.generate import default_batch_size
     from opsynth.config import MAX_ROUND_CANDIDATES
