@@ -61,27 +61,41 @@ class GenerateOptions:
         return d
 
 
-def parse_mixture(text: str) -> dict[str, float]:
-    """`torch1=3.40,torch2=83.77,...` (or `torch#1=...`) -> shares in percent summing to 100."""
-    shares: dict[str, float] = {}
+def _named_numbers(text: str, option: str, what: str, resolve, unknown, bare: float | None = None) -> dict[str, float]:
+    """`NAME=NUMBER,...` -> {resolve(NAME): NUMBER}, each a finite number of at least 0 and no name twice;
+    `resolve` gives None for a name it does not know, `unknown(part, name)` says what to write instead; a bare
+    NAME counts `bare` where given."""
+    values: dict[str, float] = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, sep, value = part.partition("=")
         name = name.strip()
-        source = MIXTURE_ALIASES.get(name, name)
-        if not sep or source not in DATA_SOURCES:
-            raise UsageError(
-                f"--mixture: bad entry {part!r}; write NAME=SHARE with NAME in "
-                f"{', '.join(MIXTURE_ALIASES)}, e.g. --mixture torch1=10,torch2=90"
-            )
+        key = resolve(name)
+        if key is None or (not sep and bare is None):
+            raise UsageError(f"{option}: {unknown(part, name)}")
         try:
-            share = float(value)
+            number = float(value) if sep else bare
         except ValueError:
-            raise UsageError(f"--mixture: share of {name} is not a number: {value!r}") from None
-        if not math.isfinite(share) or share < 0:
-            raise UsageError(f"--mixture: share of {name} must be a non-negative number, got {value!r}")
-        if source in shares:
-            raise UsageError(f"--mixture: {name} is given twice")
-        shares[source] = share
+            raise UsageError(f"{option}: {what} of {name} is not a number: {value!r}") from None
+        if not math.isfinite(number) or number < 0:
+            raise UsageError(f"{option}: {what} of {name} must be a non-negative number, got {value!r}")
+        if key in values:
+            raise UsageError(f"{option}: {name} is given twice")
+        values[key] = number
+    return values
+
+
+def parse_mixture(text: str) -> dict[str, float]:
+    """`torch1=3.40,torch2=83.77,...` (or `torch#1=...`) -> shares in percent summing to 100."""
+    shares = _named_numbers(
+        text,
+        "--mixture",
+        "share",
+        resolve=lambda name: MIXTURE_ALIASES.get(name, name if name in DATA_SOURCES else None),
+        unknown=lambda part, _: (
+            f"bad entry {part!r}; write NAME=SHARE with NAME in {', '.join(MIXTURE_ALIASES)}, "
+            "e.g. --mixture torch1=10,torch2=90"
+        ),
+    )
     total = sum(shares.values())
     if abs(total - 100.0) > MIXTURE_SLACK:
         raise UsageError(
@@ -93,24 +107,17 @@ def parse_mixture(text: str) -> dict[str, float]:
 def parse_dtypes(text: str) -> dict[str, float] | None:
     """`float32=80,bfloat16=20` (weights, in any unit) or `float32,bfloat16` (even) -> {dtype: weight} in
     TASK_DTYPES order, zero weights dropped; None where float32 alone is left (the default)."""
-    weights: dict[str, float] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        name, sep, value = part.partition("=")
-        name = name.strip()
-        if name not in TASK_DTYPES:
-            raise UsageError(
-                f"--dtypes: unknown dtype {name!r}; choose among {', '.join(TASK_DTYPES)}, "
-                "e.g. --dtypes float32=80,bfloat16=10,float16=10"
-            )
-        try:
-            weight = float(value) if sep else 1.0
-        except ValueError:
-            raise UsageError(f"--dtypes: weight of {name} is not a number: {value!r}") from None
-        if not math.isfinite(weight) or weight < 0:
-            raise UsageError(f"--dtypes: weight of {name} must be a non-negative number, got {value!r}")
-        if name in weights:
-            raise UsageError(f"--dtypes: {name} is given twice")
-        weights[name] = weight
+    weights = _named_numbers(
+        text,
+        "--dtypes",
+        "weight",
+        resolve=lambda name: name if name in TASK_DTYPES else None,
+        unknown=lambda _, name: (
+            f"unknown dtype {name!r}; choose among {', '.join(TASK_DTYPES)}, "
+            "e.g. --dtypes float32=80,bfloat16=10,float16=10"
+        ),
+        bare=1.0,
+    )
     if not any(weights.values()):
         raise UsageError("--dtypes: give at least one dtype a positive weight, e.g. --dtypes float32=80,bfloat16=20")
     ordered = {d: weights[d] for d in TASK_DTYPES if weights.get(d)}
