@@ -55,8 +55,8 @@ def register(sub) -> None:
     gen.add_argument(
         "--dtypes",
         metavar="DTYPE=WEIGHT,...",
-        help="the dtypes torch tasks compute in, drawn per task with these weights: float32, bfloat16, float16 "
-        "(e.g. float32=80,bfloat16=10,float16=10; default float32 alone; transformers tasks stay float32)",
+        help="the dtypes tasks compute in, drawn per task with these weights: float32, bfloat16, float16 "
+        "(e.g. float32=80,bfloat16=10,float16=10; default float32 alone)",
     )
     gen.add_argument(
         "--batch-size",

@@ -23,6 +23,7 @@ from opsynth.operator_catalog.entry import (
     TensorSpec,
     X,
     operands_of,
+    tensor_factory,
 )
 
 # Input dimension names by rank, as KernelBench spells them.
@@ -142,11 +143,6 @@ def _docstring(ops: tuple[str, ...]) -> str:
     return f"Applies {', '.join(ops[:-1])} and {ops[-1]} in sequence."
 
 
-def _factory_args(shape: tuple[int, ...], typed: str) -> str:
-    """`(4, 8)`, or `(4, 8, dtype=torch.float16)` in a task of another dtype than float32."""
-    return repr(shape) if not typed else f"({', '.join(map(str, shape))}{typed})"
-
-
 def render(comp: Composition) -> RenderedTask:
     em = _Emitter()
     input_dims = [em.namespace.unique(n) for n in DIM_NAMES[comp.input.rank]]
@@ -172,7 +168,7 @@ def render(comp: Composition) -> RenderedTask:
     lines += ["        return x", "", ""]
     lines += [f"{name} = {value!r}" for name, value in em.constants]
     lines += ["", "", "def get_inputs():", f"    x = torch.randn({', '.join(input_dims)}{typed})"]
-    lines += [f"    {name} = torch.{op.init}{_factory_args(op.shape, typed)}" for name, op in em.extra_inputs]
+    lines += [f"    {name} = {tensor_factory(op.init, op.shape, dtype)}" for name, op in em.extra_inputs]
     lines += [f"    return [{', '.join(em.forward_params)}]", "", ""]
     lines += ["def get_init_inputs():", f"    return [{', '.join(em.init_params)}]", ""]
 

@@ -71,15 +71,6 @@ class Composition:
         return tuple(n.call.name for n in self.nodes if isinstance(n, OpNode))
 
 
-def task_dtype(seed: int, workload: Workload) -> str:
-    """The float dtype a task of `seed` computes in, drawn with the workload's weights from an RNG of its own:
-    where float32 is the only one, nothing is drawn and every other draw of the seed is what it always was."""
-    if len(workload.dtypes) == 1:
-        return workload.dtypes[0][0]
-    names, weights = zip(*workload.dtypes, strict=True)
-    return random.Random(f"{seed}:dtype").choices(names, weights=weights)[0]
-
-
 def sample_input(
     rank: int, workload: Workload, rng: random.Random, batch_scale: float = 1.0, dtype: str = "float32"
 ) -> TensorSpec:
@@ -217,11 +208,11 @@ def compose(
     batch_scale: float = 1.0,
     op_weights: str = "uniform",
 ) -> Composition:
-    """A chain of `num_ops` distinct torch operators in the task's dtype (`task_dtype`), deterministic in `seed`,
-    `batch_scale` and `op_weights` (`uniform`, or `ops6k`: as often as CUDA-Agent-Ops-6K uses each operator),
-    drawn from the entries that take that dtype."""
+    """A chain of `num_ops` distinct torch operators in the task's dtype (`Workload.task_dtype`), deterministic
+    in `seed`, `batch_scale` and `op_weights` (`uniform`, or `ops6k`: as often as CUDA-Agent-Ops-6K uses each
+    operator), drawn from the entries that take that dtype."""
     rng = random.Random(seed)
-    dtype = task_dtype(seed, workload)
+    dtype = workload.task_dtype(seed)
     pool = tuple(e for e in sampleable("torch") if dtype in e.dtypes)
     weights = OP_WEIGHTS[op_weights]
     last_error: Exception | None = None

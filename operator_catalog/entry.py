@@ -177,6 +177,14 @@ class RenderedTask:
     input_shapes: tuple[TensorSpec, ...]  # what `get_inputs()` returns
 
 
+def tensor_factory(factory: str, shape: tuple[int, ...], dtype: str = "float32") -> str:
+    """The code that makes a tensor of `shape` in a task of `dtype`: `torch.randn(4, 8)`, or
+    `torch.randn(4, 8, dtype=torch.float16)` in a task of another dtype than float32."""
+    if dtype == "float32":
+        return f"torch.{factory}{shape!r}"
+    return f"torch.{factory}({', '.join(map(str, shape))}, dtype=torch.{dtype})"
+
+
 def within_input_budget(
     shape: list[int] | tuple[int, ...], workload: Workload, fixed: tuple[int, ...] = (1,)
 ) -> tuple[int, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from opsynth.operator_catalog import transformers_samplers as samplers
-from opsynth.operator_catalog.entry import OpEntry, RenderedTask, SampleContext, within_input_budget
+from opsynth.operator_catalog.entry import FLOAT_DTYPES, OpEntry, RenderedTask, SampleContext, within_input_budget
 from opsynth.operator_catalog.transformers_render import ModuleUse, render_transformers
 from opsynth.workload import Workload
 
@@ -17,7 +17,7 @@ FAMILY = "transformers"
 SHARED_MODULE = "transformers.modeling_utils"
 
 
-def _entry(name: str, module: str, sampler, excluded: str | None = None) -> OpEntry:
+def _entry(name: str, module: str, sampler, excluded: str | None = None, dtypes: tuple[str, ...] = FLOAT_DTYPES):
     return OpEntry(
         name=name,
         family=FAMILY,
@@ -27,6 +27,7 @@ def _entry(name: str, module: str, sampler, excluded: str | None = None) -> OpEn
         kind="transformers",
         excluded=excluded,
         module=f"transformers.models.{module}",
+        dtypes=dtypes,
     )
 
 
@@ -81,7 +82,12 @@ ENTRIES = [
     _entry("LevitPatchEmbeddings", "levit.modeling_levit", samplers.levit_patches),
     _entry("Mask2FormerMaskPredictor", "mask2former.modeling_mask2former", samplers.mask2former_predictor),
     _entry("MaskFormerFPNModel", "maskformer.modeling_maskformer", samplers.maskformer_fpn),
-    _entry("NystromformerSelfAttention", "nystromformer.modeling_nystromformer", samplers.nystromformer_attention),
+    _entry(
+        "NystromformerSelfAttention",
+        "nystromformer.modeling_nystromformer",
+        samplers.nystromformer_attention,
+        dtypes=("float32",),  # its landmark attention makes float32 tensors of its own, whatever its input's dtype
+    ),
     _entry("OneFormerTextTransformerLayer", "oneformer.modeling_oneformer", samplers.oneformer_text_layer),
     _entry("Swin2SRPatchEmbeddings", "swin2sr.modeling_swin2sr", samplers.swin2sr_patches),
     _entry("VitMatteFusionBlock", "vitmatte.modeling_vitmatte", samplers.vitmatte_fusion),
@@ -132,15 +138,17 @@ ENTRIES += EXCLUDED
 
 
 def compose_transformers(seed: int, workload: Workload, batch_scale: float = 1.0) -> RenderedTask:
-    """A standalone task around one transformers module, deterministic in `seed`; `batch_scale` multiplies
-    the batch of its inputs (shape calibration)."""
+    """A standalone task around one transformers module in the task's dtype (`Workload.task_dtype`),
+    deterministic in `seed`; `batch_scale` multiplies the batch of its inputs (shape calibration)."""
     rng = random.Random(seed)
-    entry = rng.choice([e for e in ENTRIES if e.excluded is None])
-    return transformers_task(entry, rng, workload, batch_scale)
+    dtype = workload.task_dtype(seed)
+    entry = rng.choice([e for e in ENTRIES if e.excluded is None and dtype in e.dtypes])
+    return transformers_task(entry, rng, workload, batch_scale, dtype)
 
 
-def transformers_task(entry: OpEntry, rng: random.Random, workload: Workload, batch_scale: float = 1.0) -> RenderedTask:
-    """One sampled use of transformers module `entry`, its input batch multiplied by `batch_scale`."""
+def transformers_task(entry: OpEntry, rng: random.Random, workload: Workload, batch_scale: float = 1.0,
+                      dtype: str = "float32") -> RenderedTask:  # fmt: skip
+    """One sampled use of transformers module `entry` in `dtype`, its input batch multiplied by `batch_scale`."""
     use = entry.sampler(SampleContext(None, rng, workload))
     if batch_scale != 1.0:
         fixed = tuple(range(1, 5))  # only the batch moves: every other dimension is tied to the module's config
@@ -148,4 +156,4 @@ def transformers_task(entry: OpEntry, rng: random.Random, workload: Workload, ba
             within_input_budget((max(1, round(s[0] * batch_scale)), *s[1:]), workload, fixed) for s in use.input_shapes
         )
         use = ModuleUse(use.init_args, shapes, use.as_list, use.extra_args)
-    return render_transformers(entry, use)
+    return render_transformers(entry, use, dtype)

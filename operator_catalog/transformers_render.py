@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opsynth import syntax
-from opsynth.operator_catalog.entry import RenderedTask, TensorSpec
+from opsynth.operator_catalog.entry import RenderedTask, TensorSpec, tensor_factory
 
 if TYPE_CHECKING:
     from opsynth.operator_catalog.entry import OpEntry
@@ -67,21 +67,34 @@ def inline_source(cls: type) -> tuple[list[str], list[str]]:
     return sorted(imports), ordered
 
 
-def render_transformers(entry: OpEntry, use: ModuleUse) -> RenderedTask:
+def _cast_in_init(cls: ast.ClassDef, dtype: str) -> None:
+    """End the class's `__init__` with `self.to(torch.<dtype>)`, its parameters and buffers then in the task's
+    dtype; a class without an `__init__` of its own gets one that calls its base's first."""
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is None:
+        init = syntax.parse("def __init__(self, *args, **kwargs):\n    super().__init__(*args, **kwargs)").body[0]
+        cls.body.append(init)
+    init.body.append(syntax.parse(f"self.to(torch.{dtype})").body[0])
+
+
+def render_transformers(entry: OpEntry, use: ModuleUse, dtype: str = "float32") -> RenderedTask:
+    """The task around `use` of `entry`, computing in `dtype`: its inputs made in it, its parameters cast to it."""
     cls = entry.module_class()
     imports, definitions = inline_source(cls)
     target = syntax.parse(definitions[-1])
     for node in ast.walk(target):
         if isinstance(node, ast.ClassDef) and node.name == entry.name:
             node.name = "Model"
+            if dtype != "float32":
+                _cast_in_init(node, dtype)
         elif isinstance(node, ast.Name) and node.id == entry.name:
             node.id = "Model"
     definitions = [*definitions[:-1], f"# {entry.name}, from {entry.module}\n" + ast.unparse(target)]
-    tensors = ", ".join(f"torch.randn{shape!r}" for shape in use.input_shapes)
+    tensors = ", ".join(tensor_factory("randn", shape, dtype) for shape in use.input_shapes)
     inputs = ", ".join([f"[{tensors}]" if use.as_list else tensors, *use.extra_args])
     lines = [*HEADER, *imports, "", ""]
     lines.append("\n\n\n".join(definitions))
     lines += ["", "", "def get_inputs():", f"    return [{inputs}]", "", ""]
     lines += ["def get_init_inputs():", f"    return [{', '.join(use.init_args)}]", ""]
-    shapes = tuple(TensorSpec(s) for s in use.input_shapes)
+    shapes = tuple(TensorSpec(s, dtype) for s in use.input_shapes)
     return RenderedTask("\n".join(lines), (entry.name,), use.init_args, shapes)

@@ -38,7 +38,7 @@ class GenerateOptions:
     max_elements: int | None = None  # the element budget where the GPU's memory sets it (else the workload's)
     accelerator: str | None = None  # the execution stage's accelerator resource hint, in the runner's format
     quiet: bool = False  # no progress lines: only warnings, errors and the final line
-    dtypes: dict[str, float] | None = None  # the torch tasks' dtypes and their weights (None: float32 alone)
+    dtypes: dict[str, float] | None = None  # the tasks' dtypes and their weights (None: float32 alone)
 
     @property
     def sizes(self) -> Workload:

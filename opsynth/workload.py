@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 # The floating-point dtypes a task may compute in (`Workload.dtypes`, `generate --dtypes`), float32 first: the one
@@ -24,3 +25,11 @@ class Workload:
     min_largest_dim: int = 0  # calibration never shrinks an input below this largest dimension
     # (dtype, weight) pairs: a task computes in one float dtype, drawn with these weights (only float32: no draw)
     dtypes: tuple[tuple[str, float], ...] = (("float32", 1.0),)
+
+    def task_dtype(self, seed: int) -> str:
+        """The float dtype the task of `seed` computes in, drawn with these weights from an RNG of its own: where
+        there is one dtype, nothing is drawn, and every other draw of the seed is what it always was."""
+        if len(self.dtypes) == 1:
+            return self.dtypes[0][0]
+        names, weights = zip(*self.dtypes, strict=True)
+        return random.Random(f"{seed}:dtype").choices(names, weights=weights)[0]

@@ -259,12 +259,12 @@ def card_for(folder: Path, dataset: str) -> str:
 
 
 def _dtypes(weights: dict[str, float] | None) -> str:
-    """The dtypes torch tasks were drawn in, as shares (float32 alone where none were asked)."""
+    """The dtypes tasks were drawn in, as shares (float32 alone where none were asked)."""
     if not weights:
         return "float32"
     total = sum(weights.values())
     shares = ", ".join(f"{name} {100 * w / total:.0f} %" for name, w in weights.items())
-    return f"{shares} of torch tasks, drawn per task (transformers tasks float32)"
+    return f"{shares} of tasks, drawn per task"
 
 
 def _kept_inside(margin: float | None) -> str:

@@ -164,5 +164,5 @@ def refuse_short(plans: list[SourcePlan], options: GenerateOptions) -> None:
             raise UsageError(
                 f"{p.source} holds about {p.capacity} distinct tasks, short of the {p.needed} its {p.rows} rows "
                 f"need; lower its share in --mixture or --num-samples"
-                + (", or draw tasks in more dtypes (--dtypes)" if more_dtypes and p.source != "transformers" else "")
+                + (", or draw tasks in more dtypes (--dtypes)" if more_dtypes else "")
             )

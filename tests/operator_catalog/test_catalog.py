@@ -131,6 +131,46 @@ def test_a_feature_pyramid_module_takes_its_maps_as_one_list():
     assert len(outs) == 4 and all(o.dim() == 4 for o in outs)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_transformers_task_computes_in_its_dtype(dtype):
+    import random
+
+    from opsynth.filters.comparison import flatten_outputs
+    from opsynth.filters.task_loading import load_task
+    from opsynth.operator_catalog.transformers_modules import transformers_task
+
+    task = transformers_task(get("DepthAnythingNeck"), random.Random(0), WORKLOADS["tiny"], dtype=dtype)
+    assert {s.dtype for s in task.input_shapes} == {dtype}
+    loaded = load_task(task.source)
+    model = loaded.model_class(*loaded.get_init_inputs()).eval()  # its __init__ ends casting itself
+    assert {p.dtype for p in model.parameters()} == {getattr(torch, dtype)}
+    with torch.no_grad():
+        outs = flatten_outputs(model(*loaded.get_inputs()))
+    assert outs and all(o.dtype == getattr(torch, dtype) for o in outs)
+
+
+def test_a_class_without_an_init_of_its_own_gets_one_that_casts_it():
+    import ast
+
+    from opsynth.operator_catalog.transformers_render import _cast_in_init
+
+    tree = ast.parse("class Model(nn.Linear):\n    pass")
+    _cast_in_init(tree.body[0], "float16")
+    namespace = {"nn": torch.nn, "torch": torch}
+    exec(compile(ast.fix_missing_locations(tree), "task", "exec"), namespace)
+    assert namespace["Model"](4, 2).weight.dtype == torch.float16
+
+
+def test_a_transformers_module_whose_kernels_lack_a_dtype_is_drawn_in_float32_alone():
+    from dataclasses import replace
+
+    from opsynth.operator_catalog.transformers_modules import compose_transformers
+
+    assert get("NystromformerSelfAttention").dtypes == ("float32",)
+    half = replace(WORKLOADS["tiny"], dtypes=(("float16", 1.0),))
+    assert all(compose_transformers(seed, half).ops != ("NystromformerSelfAttention",) for seed in range(60))
+
+
 def test_transformers_task_inlines_its_class_and_helpers():
     import random
 

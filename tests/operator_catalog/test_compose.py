@@ -7,7 +7,7 @@ from opsynth.config import COMPOSE_ATTEMPTS, WORKLOADS
 from opsynth.filters.task_loading import load_task
 from opsynth.operator_catalog import get
 from opsynth.operator_catalog.codegen import render
-from opsynth.operator_catalog.compose import GlueNode, OpNode, balanced_factors, chain, compose, task_dtype
+from opsynth.operator_catalog.compose import GlueNode, OpNode, balanced_factors, chain, compose
 from opsynth.operator_catalog.entry import CAST_METHODS
 from opsynth.operator_catalog.faithfulness import ops_faithful, ops_in_forward
 from opsynth.operator_catalog.registry import sampleable
@@ -227,14 +227,14 @@ MIXED = replace(TINY, dtypes=(("float32", 1.0), ("bfloat16", 1.0), ("float16", 1
 def test_float32_alone_draws_no_dtype_and_composes_what_it_always_did():
     """A workload of float32 alone leaves each seed's program as it was; a mix draws the dtype from an RNG of
     its own, so its float32 tasks are those programs too."""
-    assert {task_dtype(seed, TINY) for seed in range(50)} == {"float32"}
+    assert {TINY.task_dtype(seed) for seed in range(50)} == {"float32"}
     for seed in range(30):
-        if task_dtype(seed, MIXED) == "float32":
+        if MIXED.task_dtype(seed) == "float32":
             assert (
                 render(compose(seed, 3, MIXED, COMPOSE_ATTEMPTS)).source
                 == render(compose(seed, 3, TINY, COMPOSE_ATTEMPTS)).source
             )
-    assert {task_dtype(seed, MIXED) for seed in range(50)} == {"float32", "bfloat16", "float16"}
+    assert {MIXED.task_dtype(seed) for seed in range(50)} == {"float32", "bfloat16", "float16"}
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

@@ -406,4 +406,4 @@ def test_tasks_of_other_dtypes_compute_in_them_and_the_card_says_so(tmp_path):
         assert all(t.dtype == getattr(torch, dtype) for t in outs if t.is_floating_point())
     assert seen <= {"bfloat16", "float16"} and seen
     assert json.loads((out / "stats.json").read_text())["config"]["dtypes"] == {"bfloat16": 1.0, "float16": 1.0}
-    assert "bfloat16 50 %, float16 50 % of torch tasks" in (out / "README.md").read_text()
+    assert "bfloat16 50 %, float16 50 % of tasks" in (out / "README.md").read_text()
