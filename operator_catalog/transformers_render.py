@@ -68,12 +68,9 @@ def inline_source(cls: type) -> tuple[list[str], list[str]]:
 
 
 def _cast_in_init(cls: ast.ClassDef, dtype: str) -> None:
-    """End the class's `__init__` with `self.to(torch.<dtype>)`, its parameters and buffers then in the task's
-    dtype; a class without an `__init__` of its own gets one that calls its base's first."""
-    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-    if init is None:
-        init = syntax.parse("def __init__(self, *args, **kwargs):\n    super().__init__(*args, **kwargs)").body[0]
-        cls.body.append(init)
+    """End the class's `__init__` (every sampled class has its own) with `self.to(torch.<dtype>)`: its parameters
+    and buffers then in the task's dtype."""
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     init.body.append(syntax.parse(f"self.to(torch.{dtype})").body[0])
 
 

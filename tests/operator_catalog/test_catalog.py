@@ -149,16 +149,17 @@ def test_a_transformers_task_computes_in_its_dtype(dtype):
     assert outs and all(o.dtype == getattr(torch, dtype) for o in outs)
 
 
-def test_a_class_without_an_init_of_its_own_gets_one_that_casts_it():
+def test_every_transformers_class_casts_itself_in_its_own_init():
     import ast
+    import random
 
-    from opsynth.operator_catalog.transformers_render import _cast_in_init
+    from opsynth.operator_catalog.transformers_modules import ENTRIES, transformers_task
 
-    tree = ast.parse("class Model(nn.Linear):\n    pass")
-    _cast_in_init(tree.body[0], "float16")
-    namespace = {"nn": torch.nn, "torch": torch}
-    exec(compile(ast.fix_missing_locations(tree), "task", "exec"), namespace)
-    assert namespace["Model"](4, 2).weight.dtype == torch.float16
+    for entry in (e for e in ENTRIES if e.excluded is None and "bfloat16" in e.dtypes):
+        task = transformers_task(entry, random.Random(0), WORKLOADS["tiny"], dtype="bfloat16")
+        (model,) = [n for n in ast.parse(task.source).body if isinstance(n, ast.ClassDef) and n.name == "Model"]
+        (init,) = [n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+        assert ast.unparse(init.body[-1]) == "self.to(torch.bfloat16)", entry.name
 
 
 def test_a_transformers_module_whose_kernels_lack_a_dtype_is_drawn_in_float32_alone():
