@@ -24,8 +24,7 @@ from opsynth.workload import TASK_DTYPES, Workload
 Domain = Literal["real", "positive", "unit"]
 EntryKind = Literal["torch", "transformers"]
 
-# A chain carries its task's dtype, one of these; glue casts anything else (integers, float64) back to it.
-FLOAT_DTYPES = TASK_DTYPES
+# A chain carries its task's dtype, one of TASK_DTYPES; glue casts anything else (integers, float64) back to it.
 # The tensor method that casts to each (`x.half()`), as glue spells it.
 CAST_METHODS = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}
 
@@ -51,7 +50,7 @@ class TensorSpec:
 
     @property
     def is_float(self) -> bool:
-        return self.dtype in FLOAT_DTYPES
+        return self.dtype in TASK_DTYPES
 
     @property
     def is_complex(self) -> bool:
@@ -219,7 +218,7 @@ class OpEntry:
     # float output shape of a call on an input spec. Everything else is shaped by running it on meta.
     output_shape: Callable[[OpCall, TensorSpec], tuple[int, ...]] | None = field(default=None, compare=False)
     module: str | None = None  # a transformers module's: the modeling module that defines its class
-    dtypes: tuple[str, ...] = FLOAT_DTYPES  # the task dtypes it is sampled in (a chain in any other omits it)
+    dtypes: tuple[str, ...] = TASK_DTYPES  # the task dtypes it is sampled in (a chain in any other omits it)
 
     def __post_init__(self) -> None:
         if not self.name or not self.family:
@@ -233,8 +232,8 @@ class OpEntry:
             raise ValueError(f"{self.name}: unknown domain {self.domain!r}")
         if not callable(self.sampler):
             raise ValueError(f"{self.name}: sampler must be callable")
-        if "float32" not in self.dtypes or not set(self.dtypes) <= set(FLOAT_DTYPES):
-            raise ValueError(f"{self.name}: dtypes must include float32 and be among {FLOAT_DTYPES}, got {self.dtypes}")
+        if "float32" not in self.dtypes or not set(self.dtypes) <= set(TASK_DTYPES):
+            raise ValueError(f"{self.name}: dtypes must include float32 and be among {TASK_DTYPES}, got {self.dtypes}")
 
     def module_class(self) -> type:
         """A transformers module's class, imported."""

@@ -7,17 +7,17 @@ from __future__ import annotations
 import random
 
 from opsynth.operator_catalog import transformers_samplers as samplers
-from opsynth.operator_catalog.entry import FLOAT_DTYPES, OpEntry, RenderedTask, SampleContext, within_input_budget
+from opsynth.operator_catalog.entry import OpEntry, RenderedTask, SampleContext, within_input_budget
 from opsynth.operator_catalog.transformers_render import ModuleUse, render_transformers
-from opsynth.workload import Workload
+from opsynth.workload import TASK_DTYPES, Workload
 
 FAMILY = "transformers"
 # What every one of these modules' tasks imports first: transformers' model base (seconds, cold, on one H200's
-# host). A run's shape-check workers import it as they start (pipeline.run).
+# host). A run's workers, the shape check's and the execution's, import it as they start (pipeline.run).
 SHARED_MODULE = "transformers.modeling_utils"
 
 
-def _entry(name: str, module: str, sampler, excluded: str | None = None, dtypes: tuple[str, ...] = FLOAT_DTYPES):
+def _entry(name: str, module: str, sampler, excluded: str | None = None, dtypes: tuple[str, ...] = TASK_DTYPES):
     return OpEntry(
         name=name,
         family=FAMILY,
