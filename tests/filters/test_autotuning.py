@@ -92,12 +92,10 @@ def test_a_written_buffer_too_large_for_it_is_left_to_inductors_own_rule(monkeyp
     assert _autotuner_copies(monkeypatch, unreadable)[0] == {"in_out_ptr0": "host copy"}
 
 
-def test_the_real_autotuner_has_the_choice_made_on_the_device():
+def test_the_real_autotuner_has_the_choice_made_on_the_device(monkeypatch):
     """The installed torch's autotuner still decides its copies where `clone_on_device` hooks in (a torch that
     moved it would leave the host copies, and their GPU stalls, back in place)."""
-    original = CachingAutotuner.copy_args_to_cpu_if_needed
-    try:
-        assert clone_on_device(lambda: 0)
-        assert CachingAutotuner.copy_args_to_cpu_if_needed.on_device
-    finally:
-        CachingAutotuner.copy_args_to_cpu_if_needed = original
+    # the method as it is, restored after the test like the other patches here
+    monkeypatch.setattr(CachingAutotuner, "copy_args_to_cpu_if_needed", CachingAutotuner.copy_args_to_cpu_if_needed)
+    assert clone_on_device(lambda: 0)
+    assert CachingAutotuner.copy_args_to_cpu_if_needed.on_device
