@@ -65,6 +65,8 @@ HOSTILE = {
     "os_exit_in_forward": (task("import os\nos._exit(3)"), "crash"),
     "kills_its_parent": (task("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nreturn x"), "crash"),
     "kills_its_group": (task("import os, signal\nos.killpg(0, signal.SIGKILL)\nreturn x"), "crash"),
+    # its answer must not count: a stopped parent passes nothing on (the pool's timeout ends the worker)
+    "stops_its_parent": (task("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nreturn x"), "timeout"),
     "hang_in_forward": (HANG, "timeout"),
     "hang_at_import": (at_import("import time\ntime.sleep(3600)"), "timeout"),
     "loop_in_get_init_inputs": (LOOPS_IN_GET_INIT_INPUTS, "timeout"),

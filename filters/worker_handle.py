@@ -26,7 +26,6 @@ from opsynth.filters.worker_process import EXECUTE, Cage, WorkerSetup
 from opsynth.reasons import Verdict
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch, creating a CUDA context and a first compile, once per worker
-MAX_MESSAGE_BYTES = 1 << 20  # a worker's message, larger than any verdict; more is a broken worker
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 contains itself (filters.containment) and serves jobs from the socket FD until told to stop.
 
 It is two processes. The first lowers its limits, enters the namespaces it may and starts the second, which runs
-the tasks (PID 1 of its namespace where there is one); it then waits for it, ends as it ended, and kills it if the
-pool goes away. The pool sees the first: a task that signals its parent reaches it, never the pool. The second
-reads its setup from the pool (pickled: the pool is trusted) and answers in JSON (it is not: a pickle from it
+the tasks (PID 1 of its namespace where there is one); it then passes the second's answers on to the pool, ends as
+the second ended, and kills it if the pool goes away. The pool sees the first: a task that signals its parent
+reaches it, never the pool, and costs that task its verdict (a first process killed or stopped passes nothing on,
+while the second may still answer before the kernel's signal on its parent's death reaches it). The second reads
+its setup and jobs from the pool (pickled: the pool is trusted) and answers in JSON (it is not: a pickle from it
 could run code in the pool).
 """
 
@@ -37,6 +39,7 @@ from opsynth.filters.containment import Limits, apply_limits, die_with_parent, e
 EXECUTE = "execute"  # every execution check (filters.execution.run_checks)
 SHAPES = "shapes"  # loading and the shape check on the meta device (filters.shape_check.check_shapes)
 PARENT_POLL_S = 0.1  # how often the first process looks whether its child ended or the pool went away
+MAX_MESSAGE_BYTES = 1 << 20  # a worker's message, larger than any verdict; more is a broken worker
 WARM_UP_SOURCE = """import torch
 import torch.nn as nn
 
@@ -96,30 +99,35 @@ def main(fd: int) -> None:
     enforced = apply_limits(cage.limits)
     namespaces = enter_namespaces() if cage.namespaces else []
     pool = os.getppid()
+    answers, answer = os.pipe()
     child = os.fork()
     if child == 0:
+        os.close(answers)
         die_with_parent()
         if "pid" in namespaces and not mount_own_proc():
             namespaces = [n for n in namespaces if n != "mount"]
         status = 0
         try:
-            _serve(conn, {"limits": enforced, "namespaces": namespaces})
+            _serve(conn, Connection(answer, readable=False), {"limits": enforced, "namespaces": namespaces})
         except BaseException:
             if os.path.isdir(scratch):  # else its pool closed under it, which is no news
                 traceback.print_exc()
             status = 1
         os._exit(status)
-    conn.close()
-    sys.exit(_wait_for(child, pool, scratch))
+    os.close(answer)
+    sys.exit(_relay(conn, Connection(answers, writable=False), child, pool, scratch))
 
 
-def _wait_for(child: int, pool: int, scratch: str) -> int:
-    """Wait for the child that runs tasks and end as it ended: by the same signal, or with its exit status. If the
-    pool goes away (killed outright), kill the child and remove what the pool would have: this worker's scratch
-    folder, and the pool's folder once no worker's is left in it."""
+def _relay(conn: Connection, answers: Connection, child: int, pool: int, scratch: str) -> int:
+    """Pass the answers of the child that runs tasks on to the pool, and end as the child ended: by the same
+    signal, or with its exit status. If the pool goes away (killed outright), kill the child and remove what the
+    pool would have: this worker's scratch folder, and the pool's folder once no worker's is left in it."""
     while True:
+        _pass_on(conn, answers, PARENT_POLL_S)
         pid, status = os.waitpid(child, os.WNOHANG)
         if pid:
+            while _pass_on(conn, answers, 0.0):
+                pass  # what it answered before it ended
             if os.WIFSIGNALED(status):
                 sig = os.WTERMSIG(status)
                 signal.signal(sig, signal.SIG_DFL)
@@ -131,7 +139,23 @@ def _wait_for(child: int, pool: int, scratch: str) -> int:
             os.waitpid(child, 0)
             _remove_folders(scratch)
             return 1
-        time.sleep(PARENT_POLL_S)
+
+
+def _pass_on(conn: Connection, answers: Connection, timeout: float) -> bool:
+    """Pass one answer of the child on to the pool, waiting up to `timeout` s for it; whether one was passed (not
+    once the child closed its end: then after a pause of `timeout`, as it ends)."""
+    if not answers.poll(timeout):
+        return False
+    try:
+        message = answers.recv_bytes(MAX_MESSAGE_BYTES)
+    except EOFError:
+        time.sleep(timeout)
+        return False
+    except OSError:
+        message = b""  # too long to be an answer: passed on as one the pool cannot read, which ends this worker
+    with contextlib.suppress(OSError):  # the pool closed its end: it went, as seen by the caller
+        conn.send_bytes(message)
+    return True
 
 
 def _remove_folders(scratch: str) -> None:
@@ -155,7 +179,9 @@ def _resident_bytes() -> int:
         return 0
 
 
-def _serve(conn: Connection, containment: dict) -> None:
+def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
+    """Read the setup and jobs from the pool through `conn`; answer through `answers`, which the first process
+    passes on."""
     try:
         setup: WorkerSetup = conn.recv()
     except (EOFError, OSError):
@@ -188,7 +214,7 @@ def _serve(conn: Connection, containment: dict) -> None:
     baseline = integrity.snapshot()
     ready_rss = _resident_bytes()
     ready = {"pid": os.getpid(), "containment": containment, "warm_up": warm_up.reason, "at": time.monotonic()}
-    send(conn, {"kind": "ready", **ready})
+    send(answers, {"kind": "ready", **ready})
     for done in range(1, setup.recycle_jobs + 1):
         try:
             job = conn.recv()
@@ -206,7 +232,7 @@ def _serve(conn: Connection, containment: dict) -> None:
             or done == setup.recycle_jobs
             or _resident_bytes() - ready_rss > setup.recycle_growth_bytes
         )
-        send(conn, {"kind": "done", "verdict": verdict_to_wire(verdict), "retire": retire})
+        send(answers, {"kind": "done", "verdict": verdict_to_wire(verdict), "retire": retire})
         if retire:
             return
 

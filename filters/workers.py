@@ -28,7 +28,6 @@ from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.process_time import only_child
 from opsynth.filters.worker_budgets import hold_limit_s, overdue, task_threads
 from opsynth.filters.worker_handle import (
-    MAX_MESSAGE_BYTES,
     STARTUP_TIMEOUT_S,
     Job,
     WorkerHandle,
@@ -38,7 +37,7 @@ from opsynth.filters.worker_handle import (
     reported_time,
     shut_down,
 )
-from opsynth.filters.worker_process import Cage
+from opsynth.filters.worker_process import MAX_MESSAGE_BYTES, Cage
 from opsynth.reasons import CRASH, TIMEOUT, Verdict
 
 SHARED_SLOTS = 3  # tasks whose checks may run on one GPU at once (`--exclusive-checks`: one)
