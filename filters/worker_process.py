@@ -39,6 +39,7 @@ from opsynth.filters.containment import Limits, apply_limits, die_with_parent, e
 EXECUTE = "execute"  # every execution check (filters.execution.run_checks)
 SHAPES = "shapes"  # loading and the shape check on the meta device (filters.shape_check.check_shapes)
 PARENT_POLL_S = 0.1  # how often the first process looks whether its child ended or the pool went away
+ENDING_POLL_S = 0.005  # and how often once its child closed its end of their pipe (it is ending)
 MAX_MESSAGE_BYTES = 1 << 20  # a worker's message, larger than any verdict; more is a broken worker
 WARM_UP_SOURCE = """import torch
 import torch.nn as nn
@@ -123,7 +124,8 @@ def _relay(conn: Connection, answers: Connection, child: int, pool: int, scratch
     signal, or with its exit status. If the pool goes away (killed outright), kill the child and remove what the
     pool would have: this worker's scratch folder, and the pool's folder once no worker's is left in it."""
     while True:
-        _pass_on(conn, answers, PARENT_POLL_S)
+        if _pass_on(conn, answers, PARENT_POLL_S) is None:
+            time.sleep(ENDING_POLL_S)  # it closed its end: it is ending
         pid, status = os.waitpid(child, os.WNOHANG)
         if pid:
             while _pass_on(conn, answers, 0.0):
@@ -141,16 +143,15 @@ def _relay(conn: Connection, answers: Connection, child: int, pool: int, scratch
             return 1
 
 
-def _pass_on(conn: Connection, answers: Connection, timeout: float) -> bool:
-    """Pass one answer of the child on to the pool, waiting up to `timeout` s for it; whether one was passed (not
-    once the child closed its end: then after a pause of `timeout`, as it ends)."""
+def _pass_on(conn: Connection, answers: Connection, timeout: float) -> bool | None:
+    """Pass one answer of the child on to the pool, waiting up to `timeout` s for it; whether one was passed, or
+    None once the child closed its end."""
     if not answers.poll(timeout):
         return False
     try:
         message = answers.recv_bytes(MAX_MESSAGE_BYTES)
     except EOFError:
-        time.sleep(timeout)
-        return False
+        return None
     except OSError:
         message = b""  # too long to be an answer: passed on as one the pool cannot read, which ends this worker
     with contextlib.suppress(OSError):  # the pool closed its end: it went, as seen by the caller
