@@ -41,7 +41,7 @@ def run(args) -> int:
     entries = all_entries()
     if args.action == "check":
         from opsynth.commands.catalog_check import check_entry
-        from opsynth.filters.worker_process import quiet_library_notices
+        from opsynth.filters.worker_setup import quiet_library_notices
 
         quiet_library_notices()  # the meta checks here build transformers modules standalone, as tasks do
         failures = 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
-import logging
 import os
 import shutil
 import signal
@@ -27,14 +26,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from opsynth.config import (
-    AUTOTUNE_BENCHMARK_MS,
-    AUTOTUNE_BENCHMARK_RUNS,
-    AUTOTUNE_CACHE_FLUSHES,
-    AUTOTUNE_ESTIMATION_RUNS,
-)
-from opsynth.filters.autotuning import bound_autotuning, clone_on_device
 from opsynth.filters.containment import Limits, apply_limits, die_with_parent, enter_namespaces, mount_own_proc
+from opsynth.filters.worker_setup import no_monitor_threads, quiet_library_notices, set_up_device
 
 EXECUTE = "execute"  # every execution check (filters.execution.run_checks)
 SHAPES = "shapes"  # loading and the shape check on the meta device (filters.shape_check.check_shapes)
@@ -202,8 +195,8 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
     cfg = setup.config
     if setup.device_lock is not None:
         setup.device_lock.watch(open_watch(setup.watch_path))
-    _set_up_device(torch, cfg, setup.gpu_index, setup.device_lock)
-    _no_monitor_threads()
+    set_up_device(torch, cfg, setup.gpu_index, setup.device_lock)
+    no_monitor_threads()
     quiet_library_notices()
     for module in setup.preload:
         with contextlib.suppress(Exception):  # only ahead of need: a task that imports it is told what fails
@@ -236,64 +229,6 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
         send(answers, {"kind": "done", "verdict": verdict_to_wire(verdict), "retire": retire})
         if retire:
             return
-
-
-def _set_up_device(torch, cfg, gpu_index: int | None, device_lock=None) -> None:
-    from opsynth.filters.device_lock import yield_to_timings
-    from opsynth.filters.worker_budgets import memory_share, spare_device_bytes, task_threads, workers_per_gpu
-
-    # The workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up as
-    # ~10 ms forwards in tiny-workload timings; and the time limit counts a task's CPU time over these threads.
-    torch.set_num_threads(task_threads(cfg))
-    if gpu_index is not None:
-        torch.cuda.set_device(gpu_index)
-        torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, workers_per_gpu(cfg)))
-        if cfg.compile_check:
-            # Autotuning runs in the compiled model's first run, sharing the GPU; between its configurations'
-            # benchmarks (host work between short kernels) a timing waiting goes first.
-            bound_autotuning(
-                AUTOTUNE_BENCHMARK_MS,
-                AUTOTUNE_BENCHMARK_RUNS,
-                AUTOTUNE_CACHE_FLUSHES,
-                AUTOTUNE_ESTIMATION_RUNS,
-                before_each=lambda: yield_to_timings(device_lock, torch.cuda.synchronize),
-            )
-
-            def spare_bytes() -> int:
-                free, total = torch.cuda.mem_get_info()
-                fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda: 1.0)()
-                limit = int(fraction * total)
-                return spare_device_bytes(limit, torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), free)
-
-            clone_on_device(spare_bytes)
-    if cfg.compile_check:
-        import torch._inductor.config
-
-        # Compilation is what the workers do in parallel: each compiles its own task's kernels in-process, never
-        # in a pool of compile processes (which would oversubscribe the cores, and outlive a task).
-        torch._inductor.config.compile_threads = 1
-
-
-def _no_monitor_threads() -> None:
-    """tqdm starts a monitor thread the first time a progress bar is made (inductor makes some): it would read
-    as a thread a task left running."""
-    try:
-        import tqdm
-    except ImportError:
-        return
-    tqdm.tqdm.monitor_interval = 0
-
-
-class _StandaloneAttentionNotice(logging.Filter):
-    """transformers warns, once per process, that an attention module runs outside a model with no attention
-    implementation set: which is what a transformers task is. Left alone, every worker says so to the user."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "`AttentionInterface`" not in record.getMessage()
-
-
-def quiet_library_notices() -> None:
-    logging.getLogger("transformers.modeling_utils").addFilter(_StandaloneAttentionNotice())
 
 
 def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tuple[float, float] | None = None):

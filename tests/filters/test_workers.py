@@ -103,7 +103,7 @@ def test_workers_keep_transformers_notice_about_standalone_attention_from_the_us
     """Each worker that runs a transformers attention module would print it once: what those tasks are."""
     import transformers.modeling_utils  # noqa: F401  (its logger, as transformers sets it up)
 
-    from opsynth.filters.worker_process import quiet_library_notices
+    from opsynth.filters.worker_setup import quiet_library_notices
 
     quiet_library_notices()
     logger = logging.getLogger("transformers.modeling_utils")

@@ -1,0 +1,74 @@
+"""How a worker's task process prepares torch and the libraries around it before it runs tasks
+(filters.worker_process): its threads, its GPU and memory share, inductor's autotuning and compile settings, and
+what libraries would otherwise print or leave running."""
+
+from __future__ import annotations
+
+import logging
+
+from opsynth.config import (
+    AUTOTUNE_BENCHMARK_MS,
+    AUTOTUNE_BENCHMARK_RUNS,
+    AUTOTUNE_CACHE_FLUSHES,
+    AUTOTUNE_ESTIMATION_RUNS,
+)
+from opsynth.filters.autotuning import bound_autotuning, clone_on_device
+
+
+def set_up_device(torch, cfg, gpu_index: int | None, device_lock=None) -> None:
+    """Threads, GPU, memory share and inductor's settings of a process that runs tasks for `cfg`."""
+    from opsynth.filters.device_lock import yield_to_timings
+    from opsynth.filters.worker_budgets import memory_share, spare_device_bytes, task_threads, workers_per_gpu
+
+    # The workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up as
+    # ~10 ms forwards in tiny-workload timings; and the time limit counts a task's CPU time over these threads.
+    torch.set_num_threads(task_threads(cfg))
+    if gpu_index is not None:
+        torch.cuda.set_device(gpu_index)
+        torch.cuda.set_per_process_memory_fraction(memory_share(cfg.memory_fraction, workers_per_gpu(cfg)))
+        if cfg.compile_check:
+            # Autotuning runs in the compiled model's first run, sharing the GPU; between its configurations'
+            # benchmarks (host work between short kernels) a timing waiting goes first.
+            bound_autotuning(
+                AUTOTUNE_BENCHMARK_MS,
+                AUTOTUNE_BENCHMARK_RUNS,
+                AUTOTUNE_CACHE_FLUSHES,
+                AUTOTUNE_ESTIMATION_RUNS,
+                before_each=lambda: yield_to_timings(device_lock, torch.cuda.synchronize),
+            )
+
+            def spare_bytes() -> int:
+                free, total = torch.cuda.mem_get_info()
+                fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda: 1.0)()
+                limit = int(fraction * total)
+                return spare_device_bytes(limit, torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), free)
+
+            clone_on_device(spare_bytes)
+    if cfg.compile_check:
+        import torch._inductor.config
+
+        # Compilation is what the workers do in parallel: each compiles its own task's kernels in-process, never
+        # in a pool of compile processes (which would oversubscribe the cores, and outlive a task).
+        torch._inductor.config.compile_threads = 1
+
+
+def no_monitor_threads() -> None:
+    """tqdm starts a monitor thread the first time a progress bar is made (inductor makes some): it would read
+    as a thread a task left running."""
+    try:
+        import tqdm
+    except ImportError:
+        return
+    tqdm.tqdm.monitor_interval = 0
+
+
+class _StandaloneAttentionNotice(logging.Filter):
+    """transformers warns, once per process, that an attention module runs outside a model with no attention
+    implementation set: which is what a transformers task is. Left alone, every worker says so to the user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`AttentionInterface`" not in record.getMessage()
+
+
+def quiet_library_notices() -> None:
+    logging.getLogger("transformers.modeling_utils").addFilter(_StandaloneAttentionNotice())
