@@ -17,6 +17,9 @@ from opsynth.bench.hostile_tasks import (  # noqa: F401  (the shared templates a
     task,
 )
 
+# `generate` on the CPU with the tiny workload and two workers: the end-to-end tests' run.
+TINY_RUN = ["--device", "cpu", "--workload", "tiny", "--workers", "2"]
+
 SCALAR_LOSS = task("return torch.nn.functional.mse_loss(x, torch.zeros_like(x))")
 CONSTANT_SCALAR = task("return (x * 0).sum() + 1.0")
 VANISHING = task("return x * 1e-6")

@@ -14,8 +14,9 @@ from opsynth.filters.comparison import flatten_outputs, outputs_close
 from opsynth.filters.execution import PHASES
 from opsynth.filters.task_loading import load_task
 from opsynth.operator_catalog.faithfulness import ops_faithful
+from tests import fixtures
 
-TINY = ["--device", "cpu", "--workload", "tiny", "--workers", "2"]
+TINY = fixtures.TINY_RUN
 
 
 def _generated_argv(out, kernelbench_parquet) -> list[str]:
@@ -131,91 +132,6 @@ def test_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(g
     assert "seed" in capsys.readouterr().err
 
 
-@pytest.fixture
-def beam_worker_pool():
-    """An external pool of Beam SDK workers, as a portable runner's machines run them: its address."""
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
-    command = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"]
-    pool = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(600):  # up once it listens
-            with socket.socket() as s:
-                if s.connect_ex(("localhost", port)) == 0:
-                    break
-            assert pool.poll() is None, "the worker pool exited"
-            time.sleep(0.1)
-        yield f"localhost:{port}"
-    finally:
-        pool.kill()
-        pool.wait()
-
-
-def test_same_seed_same_dataset_on_every_runner_and_resume_after_losing_the_outputs(
-    tmp_path, capsys, beam_worker_pool, monkeypatch
-):
-    import opsynth.pipeline.planning
-    import opsynth.pipeline.round_pipelines
-
-    # A pilot of 4 candidates: several rounds, the next one's CPU stages made during each execution. A window no
-    # task can leave: timing noise at a window's edge may legitimately change a verdict.
-    monkeypatch.setattr(opsynth.pipeline.planning, "PILOT_CANDIDATES", 4)
-    jobs = []
-    one_pipeline = opsynth.pipeline.round_pipelines.run_pipeline
-    monkeypatch.setattr(
-        opsynth.pipeline.round_pipelines, "run_pipeline", lambda *a: jobs.append(a[0]) or one_pipeline(*a)
-    )
-    argv = ["--num-samples", "10", "--seed", "11", *TINY, "--no-compile-check", "--runtime-window-ms", "0,10000"]
-    assert main(["generate", "--out", str(tmp_path / "a"), *argv]) == 0
-    shown = capsys.readouterr()
-    assert "round 0:" in shown.err and shown.out.startswith("wrote 10 rows to ")
-    rounds = len(json.loads((tmp_path / "a" / "stats.json").read_text())["rounds"])
-    assert rounds >= 2 and len(jobs) >= 2 * rounds  # in this process: its CPU stages and its execution apart
-    multi = ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]
-    assert main(["generate", "--out", str(tmp_path / "c"), *argv, *multi, "--quiet"]) == 0
-    shown = capsys.readouterr()
-    assert shown.out.startswith("wrote 10 rows to ") and shown.out.count("\n") == 1 and not shown.err
-    # The portable runner, with its SDK workers in an external pool, rounds and checkpoints in a separate work
-    # folder (an object store on a distributed runner); its progress reaches this terminal from the checkpoints.
-    portable = ["--runner", "PortableRunner", "--job_endpoint", "embed", "--environment_type", "EXTERNAL",
-                "--environment_config", beam_worker_pool]  # fmt: skip
-    jobs.clear()
-    assert main(["generate", "--out", str(tmp_path / "d"), "--work-dir", str(tmp_path / "work"), *argv, *portable]) == 0
-    shown = capsys.readouterr()
-    # One job per round on a distributed runner (its execution and the next round's CPU stages), and round 0's
-    # CPU stages; no other round is prepared apart (a round planned ahead but not needed may add one job).
-    assert "prepared in the round before's job" in shown.err
-    assert rounds + 1 <= len(jobs) <= rounds + 2
-    assert re.search(r"\n  executed \d+ of at most \d+ candidates, kept \d+ of the \d+ needed", shown.err), shown.err
-    assert sorted(p.name for p in (tmp_path / "d" / ".opsynth").iterdir()) == ["config.json", "lock"]
-    assert (tmp_path / "work" / "round-00000" / "_SUCCESS").exists()
-    ids = [load_dataset(str(tmp_path / d), split="train")["id"] for d in "acd"]
-    assert ids[0] == ids[1] == ids[2]  # in-process, multi-process and portable runs: the same dataset
-    capsys.readouterr()  # what loading them printed (datasets' own progress bars)
-    # A run killed after its rounds but before its final files resumes from the finished rounds; asked for
-    # JSON, it says so in one line on stdout, and nothing else anywhere.
-    for name in ("stats.json", "README.md"):
-        (tmp_path / "a" / name).unlink()
-    assert main(["generate", "--out", str(tmp_path / "a"), *argv, "--json"]) == 0
-    shown = capsys.readouterr()
-    summary = json.loads(shown.out)
-    assert (
-        summary["rows"] == 10
-        and summary["folder"] == str(tmp_path / "a")
-        and sum(summary["rows_per_data_source"].values()) == 10
-    )
-    assert summary["funnel"]["select"] == 10 and summary["funnel"]["compose"] >= 10 and not shown.err
-    stats = json.loads((tmp_path / "a" / "stats.json").read_text())
-    assert all(r["resumed"] for r in stats["rounds"])
-    assert load_dataset(str(tmp_path / "a"), split="train")["id"] == ids[0]
-
-
 def test_transformers_rows_are_standalone_tasks(tmp_path):
     out = tmp_path / "tf"
     argv = ["generate", "--out", str(out), "--num-samples", "6", "--mixture", "torch2=50,transformers=50", *TINY,
@@ -269,97 +185,6 @@ def test_compare_gives_a_resumed_runs_wall_time_over_its_processes(generated, tm
     assert main(["compare", str(resumed), "--out", str(tmp_path / "report")]) == 0
     assert "Wall time 620 s over" in (tmp_path / "report" / "comparison.md").read_text()
     assert "in 2 processes (stopped and resumed): 500 + 120 s." in (tmp_path / "report" / "comparison.md").read_text()
-
-
-def test_a_large_rounds_cpu_stages_use_several_processes_unless_the_user_chose(monkeypatch):
-    import opsynth.pipeline.round_pipelines
-    from opsynth.pipeline.round_pipelines import prepare_args
-
-    monkeypatch.setattr(opsynth.pipeline.round_pipelines.os, "cpu_count", lambda: 16)
-    assert prepare_args([], 4096) == ["--direct_num_workers", "8", "--direct_running_mode", "multi_processing",
-                                       "--default_sdk_harness_log_level", "WARNING"]  # fmt: skip
-    assert prepare_args([], 500) == []  # a small round: starting processes costs more than it saves
-    chosen = ["--direct_num_workers", "2"]
-    assert prepare_args(chosen, 4096) == chosen
-    assert prepare_args(["--runner", "DataflowRunner"], 4096) == ["--runner", "DataflowRunner"]
-    monkeypatch.setattr(opsynth.pipeline.round_pipelines.os, "cpu_count", lambda: 2)
-    assert prepare_args([], 4096) == []
-
-
-def test_workers_start_early_only_where_the_pipelines_run_in_this_process():
-    from opsynth.pipeline.round_pipelines import runs_in_this_process
-
-    assert runs_in_this_process([])
-    assert runs_in_this_process(["--direct_running_mode", "multi_threading", "--direct_num_workers", "2"])
-    assert not runs_in_this_process(["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"])
-    assert not runs_in_this_process(["--runner", "DataflowRunner"])
-
-
-def test_a_run_in_this_process_starts_its_two_pools_once(pools_made, tmp_path):
-    """The execution's workers and the shape check's, each started once for all the rounds' pipelines (Beam's
-    Shared alone would keep only the last one acquired alive, and the other would start again each pipeline)."""
-    made = pools_made
-    argv = ["generate", "--out", str(tmp_path / "o"), "--num-samples", "6", "--seed", "4", *TINY, "--no-compile-check",
-            "--runtime-window-ms", "0,10000"]  # fmt: skip
-    assert main(argv) == 0
-    assert sorted(pool.cfg.device for pool in made) == ["cpu", "cpu"] and len({pool.cfg for pool in made}) == 2
-    assert not any(pool._finalizer.alive for pool in made)
-
-
-def test_both_pools_import_what_the_run_preloads_as_their_workers_start(pools_made):
-    from opsynth.filters.execution import ExecutionConfig
-    from opsynth.pipeline.run import run_pools
-
-    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 20.0), timeout_s=10.0, compile_check=False, workers=1)
-    with run_pools(cfg, True, ("json",)) as workers:
-        assert workers.execution_pool.preload == workers.shape_pool.preload == ("json",)
-        assert workers.execution_pool.start_nice > 0 == workers.shape_pool.start_nice  # the execution's start yields
-    assert len(pools_made) == 2
-
-
-def test_a_round_is_one_batch_where_the_pipelines_run_in_this_process():
-    from opsynth.commands.generate import default_batch_size
-    from opsynth.config import MAX_ROUND_CANDIDATES
-
-    assert default_batch_size(14, []) > MAX_ROUND_CANDIDATES + 100  # a round's plan may pass the cap a little
-    assert default_batch_size(14, ["--direct_running_mode", "multi_processing"]) == 64 * 14
-    assert default_batch_size(2, ["--runner", "DataflowRunner"]) == 128
-
-
-def test_cpu_stages_fall_back_to_this_process_when_several_processes_fail(monkeypatch, tmp_path, capsys):
-    import opsynth.pipeline.round_pipelines
-
-    monkeypatch.setattr(
-        opsynth.pipeline.round_pipelines, "prepare_args", lambda args, n: [*args, "--runner", "NoSuchRunner"]
-    )
-    argv = ["generate", "--out", str(tmp_path / "o"), "--num-samples", "4", "--seed", "2", *TINY, "--no-compile-check"]
-    assert main(argv) == 0
-    assert "the CPU stages on several processes failed" in capsys.readouterr().err
-    assert len(load_dataset(str(tmp_path / "o"), split="train")) == 4
-
-
-def test_the_next_rounds_cpu_stages_run_beside_this_ones_execution_and_make_the_same_dataset(
-    tmp_path, monkeypatch, capsys
-):
-    """A pilot of 4 candidates for 12 rows: round 1 is planned and prepared while round 0 executes. A run that
-    prepares it only once round 0 is done (as a resumed one may) makes the same dataset."""
-    import opsynth.pipeline.planning
-    import opsynth.pipeline.round_pipelines
-
-    monkeypatch.setattr(opsynth.pipeline.planning, "PILOT_CANDIDATES", 4)
-    argv = ["--num-samples", "12", "--mixture", "torch2=100", "--seed", "5", *TINY, "--no-compile-check",
-            "--runtime-window-ms", "0,10000"]  # fmt: skip
-    assert main(["generate", "--out", str(tmp_path / "beside"), *argv]) == 0
-    assert "round 1: 47 candidates, prepared beside the round before" in capsys.readouterr().err
-    monkeypatch.setattr(opsynth.pipeline.round_pipelines.Beside, "start", lambda self, prepare, log: None)
-    assert main(["generate", "--out", str(tmp_path / "after"), *argv]) == 0
-    assert "prepared beside" not in capsys.readouterr().err
-    beside, after = (load_dataset(str(tmp_path / d), split="train")["id"] for d in ("beside", "after"))
-    assert beside == after and len(beside) == 12
-    plans = [
-        json.loads((tmp_path / "beside" / ".opsynth" / f"round-{r:05d}" / "plan.json").read_text()) for r in (0, 1)
-    ]
-    assert plans == [{"torch#2": 4}, {"torch#2": 47}]
 
 
 def test_an_exhausted_source_is_retired_and_the_set_keeps_its_size(tmp_path, monkeypatch, kernelbench_parquet):

@@ -48,15 +48,17 @@ def test_start_ahead_offers_the_certainly_asked_candidates_once_each_in_the_next
 def test_the_dataset_is_the_same_with_and_without_candidates_started_ahead(tmp_path, monkeypatch):
     """The second run also composes and decontaminates on helper processes (pipeline.parallel), which a 2-core
     machine has none of by default: the same dataset again."""
+    import opsynth.pipeline.planning
     import opsynth.pipeline.run
     from opsynth.pipeline.round_pipelines import Beside
 
-    # Two rounds: the pilot (160 candidates) cannot make 200 rows
-    argv = ["--num-samples", "200", "--mixture", "torch2=100", "--seed", "5", "--device", "cpu", "--workload",
+    # Two rounds at least: a pilot of 30 candidates cannot make 48 rows
+    monkeypatch.setattr(opsynth.pipeline.planning, "PILOT_CANDIDATES", 30)
+    argv = ["--num-samples", "48", "--mixture", "torch2=100", "--seed", "5", "--device", "cpu", "--workload",
             "tiny", "--workers", "2", "--no-compile-check", "--runtime-window-ms", "0,10000", "--quiet"]  # fmt: skip
-    monkeypatch.setattr(lookahead, "register", lambda progress, next_round: None)
-    assert main(["generate", "--out", str(tmp_path / "plain"), *argv]) == 0
-    monkeypatch.undo()
+    with monkeypatch.context() as plain:
+        plain.setattr(lookahead, "register", lambda progress, next_round: None)
+        assert main(["generate", "--out", str(tmp_path / "plain"), *argv]) == 0
 
     started = []
     candidates, call = Beside.candidates, StartAhead.__call__

@@ -14,7 +14,7 @@ from opsynth.bench.faults import environment, running_under
 from opsynth.commands.cli import main
 
 # A window no task can leave, so that timing noise cannot make the two runs differ.
-ARGS = ["--num-samples", "60", "--seed", "5", "--device", "cpu", "--workload", "tiny", "--workers", "2",
+ARGS = ["--num-samples", "24", "--seed", "5", "--device", "cpu", "--workload", "tiny", "--workers", "2",
         "--no-compile-check", "--runtime-window-ms", "0,10000", "--batch-size", "2"]  # fmt: skip
 
 
