@@ -142,11 +142,14 @@ ROUND_PADDING = 1.15
 # candidates took 4.4 s with the GPU mostly idle). Its extra candidates cost CPU time only: the execution runs a
 # round's candidates of a source only until that source's rows are in.
 AHEAD_SHORTFALL_SD = 2.0
-# Before a data source has finished a round, that yield is the pilot's prior (1 / INITIAL_OVERSAMPLING), which can
-# overstate it: single operators yielded about 0.4 on one H200, and every 600-row run there ended on a round of 4-5
-# torch#1 candidates (2.5-3 s, the GPU mostly idle). So a plan made on the prior also covers half the prior's
-# yield, with at most this many candidates more per source (a few hundred ms of CPU stages).
-AHEAD_PRIOR_EXTRA = 32
+# That yield can overstate the next round's. Before a data source has finished a round it is the pilot's prior
+# (1 / INITIAL_OVERSAMPLING): single operators yielded about 0.4 on one H200, and every 600-row run there ended on a
+# round of 4-5 torch#1 candidates (2.5-3 s, the GPU mostly idle). After, it is the last finished round's, two rounds
+# before the one planned: a source whose distinct programs run out yields less each round (single operators in a
+# 2,000-row run on one H200: 0.37, 0.27, 0.20, 0.15 rows per candidate), and two rounds of a few torch#1 candidates
+# followed (39 s, the GPU mostly idle). So a plan that expects a source to fall short also covers half its yield,
+# with at most this many candidates more per source (a few hundred ms of CPU stages).
+AHEAD_EXTRA = 32
 MAX_ROUND_CANDIDATES = 4096
 # Where the pipelines run in the driver's process, a round's candidates go to the worker pool as one batch (more
 # than a round holds), so the workers never idle at a batch's end waiting for its last task.

@@ -7,7 +7,7 @@ import math
 from collections import Counter
 
 from opsynth.config import (
-    AHEAD_PRIOR_EXTRA,
+    AHEAD_EXTRA,
     AHEAD_SHORTFALL_SD,
     EXHAUSTION_MIN_CANDIDATES,
     EXHAUSTION_YIELD,
@@ -49,23 +49,22 @@ def capped(plan: dict[str, int]) -> dict[str, int]:
 def speculative_plan(missing: dict[str, int], plan: dict[str, int], last_round: dict) -> dict[str, int]:
     """The next round's plan, made as a round of `plan` starts its execution, so that the next one's CPU stages
     run beside it: the rows still `missing` less what this round should yield at the last finished round's
-    yield of each data source (before any, the pilot's 1 / INITIAL_OVERSAMPLING, and half of it within
-    AHEAD_PRIOR_EXTRA more candidates), AHEAD_SHORTFALL_SD standard deviations short of the expectation, over
-    that yield, padded as `plan_round` pads. It skips a source whose last round gained nothing (its yield is
-    unknown), and is empty where this round should fill every quota even so. Too many candidates cost CPU time
-    only: the execution stops at each round's fill point (see `pipeline.selection.FillPoint`)."""
+    yield of each data source (before any, the pilot's 1 / INITIAL_OVERSAMPLING), AHEAD_SHORTFALL_SD standard
+    deviations short of the expectation, over that yield, padded as `plan_round` pads; a source short even so,
+    or planned on the prior alone, covers half that yield too, within AHEAD_EXTRA more candidates (its yield may
+    be falling, or the prior too high). It skips a source whose last round gained nothing (its yield is unknown),
+    and is empty where this round should fill every quota. Too many candidates cost CPU time only: the execution
+    stops at each round's fill point (see `pipeline.selection.FillPoint`)."""
     ahead = {}
     for source, want in missing.items():
         made, gained = last_round.get(source, (0, 0))
         if made and not gained:
             continue
         tried = plan.get(source, 0)
-        if made:
-            n = _planned_ahead(want, tried, gained / made)
-        else:  # the prior only: half its yield covered too, within AHEAD_PRIOR_EXTRA more candidates
-            prior = 1 / INITIAL_OVERSAMPLING
-            n = _planned_ahead(want, tried, prior)
-            n = max(n, min(_planned_ahead(want, tried, prior / 2), n + AHEAD_PRIOR_EXTRA))
+        expected = gained / made if made else 1 / INITIAL_OVERSAMPLING
+        n = _planned_ahead(want, tried, expected)
+        if n or not made:  # short even at its yield, or resting on the prior alone
+            n = max(n, min(_planned_ahead(want, tried, expected / 2), n + AHEAD_EXTRA))
         if n:
             ahead[source] = n
     return capped(ahead)

@@ -70,7 +70,7 @@ def test_a_round_never_exceeds_the_candidate_cap():
 
 
 def test_the_next_round_is_planned_from_what_this_one_may_yield_short_of_its_expectation():
-    from opsynth.config import AHEAD_PRIOR_EXTRA, MAX_ROUND_CANDIDATES
+    from opsynth.config import AHEAD_EXTRA, MAX_ROUND_CANDIDATES
     from opsynth.pipeline.planning import speculative_plan
 
     # A 600-row run's pilot: 160 torch#2 candidates for 503 rows, at the pilot's 62.5 % about 100 (sd 6.1); 74
@@ -79,15 +79,20 @@ def test_the_next_round_is_planned_from_what_this_one_may_yield_short_of_its_exp
     # (503 - (100 - 2 x 6.1)) / 62.5 % x 1.15 = 764.2; (46 - (46.25 - 2 x 4.2)) / 62.5 % x 1.15 = 14.9; and as
     # those rest on the prior alone, half its yield is covered too, with at most 32 candidates more: torch#2
     # 765 + 32; torch#3 at 31.25 % (23.1 expected, sd 4.0: 30.9 short) 114, so 15 + 32.
-    assert ahead == {"torch#2": 765 + AHEAD_PRIOR_EXTRA, "torch#3": 15 + AHEAD_PRIOR_EXTRA}
+    assert ahead == {"torch#2": 765 + AHEAD_EXTRA, "torch#3": 15 + AHEAD_EXTRA}
     # The source of a few rows whose real yield was 0.4 on one H200 (20 rows, a pilot of 32): 11 at the prior's
     # yield, which left it 2 rows short in every 600-row run there; 43 now.
-    assert speculative_plan({"torch#1": 20}, {"torch#1": 32}, {}) == {"torch#1": 11 + AHEAD_PRIOR_EXTRA}
+    assert speculative_plan({"torch#1": 20}, {"torch#1": 32}, {}) == {"torch#1": 11 + AHEAD_EXTRA}
     # Where even half the prior's yield fills a source, nothing is planned for it.
     assert speculative_plan({"torch#1": 2}, {"torch#1": 32}, {}) == {}
     # After a round of 400 that gave 320 rows (80 %): 252 candidates for 183 rows do, two sd short (188.9).
     assert speculative_plan({"torch#2": 183}, {"torch#2": 252}, {"torch#2": (400, 320)}) == {}
-    assert speculative_plan({"torch#2": 183}, {"torch#2": 100}, {"torch#2": (400, 320)}) == {"torch#2": 160}
+    # 100 do not (160 at 80 %): half that yield is covered too, within 32 more, the yield may be falling.
+    assert speculative_plan({"torch#2": 183}, {"torch#2": 100}, {"torch#2": (400, 320)}) == {"torch#2": 160 + 32}
+    # Single operators in a 2,000-row run on one H200: round 0's 109 candidates gave 40 rows, round 1 ran 51 for
+    # the 28 missing (18.7 expected, sd 3.4) and gave 14. Round 2, planned at round 0's 37 %, was 51 and gave 10
+    # of the 14 (its yield 20 %), so a round 3 followed; at half the yield the plan is about 150, so 51 + 32.
+    assert speculative_plan({"torch#1": 28}, {"torch#1": 51}, {"torch#1": (109, 40)}) == {"torch#1": 51 + AHEAD_EXTRA}
     # A yield of 1 (the CPU's tiny workload) is certain: the plan's own rows do.
     assert speculative_plan({"torch#2": 50}, {"torch#2": 50}, {"torch#2": (60, 60)}) == {}
     assert speculative_plan({"torch#1": 20}, {"torch#1": 60}, {"torch#1": (60, 0)}) == {}, "its yield unknown"
