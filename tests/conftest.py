@@ -11,6 +11,11 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"
 
+# The test processes run beside each other (pytest-xdist) and beside the workers they start, on a few cores: one
+# intra-op thread each, as a run gives its workers, so that a check timed in a test's own process does not wait out
+# the scheduler's ticks (a 0.15 ms forward on two threads took 5-14 ms with the cores busy, on one 0.05-0.17 ms).
+torch.set_num_threads(1)
+
 
 def shared_file(relative: str) -> Path:
     path = SHARED / relative
