@@ -130,8 +130,10 @@ def _walk(args: tuple) -> SourcePlan:
     return walk_source(*args)
 
 
-def plan(options: GenerateOptions, sample: int = PLAN_SAMPLE) -> list[SourcePlan]:
-    """The plan of every data source with rows to make, walked on several processes where there are cores."""
+def plan(options: GenerateOptions, sample: int | None = None) -> list[SourcePlan]:
+    """The plan of every data source with rows to make, walked on several processes where there are cores; each
+    walk's first estimate after `sample` candidates (PLAN_SAMPLE unless given)."""
+    sample = sample or PLAN_SAMPLE
     jobs = [(options, s, n, sample) for s, n in quotas(options.num_samples, options.mixture).items() if n]
     processes = min(len(jobs), os.cpu_count() or 1)
     if processes < 2:

@@ -47,7 +47,15 @@ def test_a_source_that_runs_dry_is_short_and_one_within_reach_is_met():
     assert small.met and small.distinct == small.needed < small.walked <= 300
 
 
-def test_plan_prints_each_source_and_refuses_a_mixture_a_source_cannot_meet(capsys):
+@pytest.fixture
+def short_walks(monkeypatch):
+    """The plan's first estimate after 300 candidates, not PLAN_SAMPLE: a source far short is told as surely."""
+    import opsynth.pipeline.plan
+
+    monkeypatch.setattr(opsynth.pipeline.plan, "PLAN_SAMPLE", 300)
+
+
+def test_plan_prints_each_source_and_refuses_a_mixture_a_source_cannot_meet(capsys, short_walks):
     assert main(["generate", "--plan", "--num-samples", "40", "--device", "cpu", "--workload", "tiny"]) == 0
     out = capsys.readouterr().out.splitlines()
     sources = [s for s, n in quotas(40, OPS6K_MIXTURE).items() if n]  # transformers gets no row of 40
@@ -62,7 +70,7 @@ def test_plan_prints_each_source_and_refuses_a_mixture_a_source_cannot_meet(caps
     assert "(--dtypes)" in captured.err  # float32 alone: more dtypes would widen the source
 
 
-def test_dtypes_widen_what_a_source_holds(capsys):
+def test_dtypes_widen_what_a_source_holds(capsys, short_walks):
     from dataclasses import replace
 
     asked = _options(50_000, {"torch#1": 100.0})
