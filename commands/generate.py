@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 
+from opsynth.bytecode import compile_ahead
 from opsynth.commands.arguments import add_command, add_execution_args, execution_settings, load_kernelbench, positive
 from opsynth.config import DEFAULT_PRESET
 from opsynth.errors import UsageError
@@ -99,10 +100,13 @@ def run(args) -> int:
     dtypes = parse_dtypes(args.dtypes) if args.dtypes is not None else None
     # The checks above need neither Beam nor torch, so a mistyped value is told at once; the rest import them.
     extra = args.beam_args  # the options generate does not define: Beam's
+    remote = distributed_runner(extra) is not None
+    if not (args.plan or remote):
+        compile_ahead()  # before Beam's import: the libraries' missing bytecode (see opsynth.bytecode)
     unknown = _unknown_beam_args(extra)
     if unknown:
         raise UsageError(f"unknown option {unknown[0]} (see `opsynth generate --help`; Beam options pass through)")
-    settings = execution_settings(args, remote=_distributed_runner(extra) is not None, plan=args.plan)
+    settings = execution_settings(args, remote=remote, plan=args.plan)
     load_kernelbench(settings["kernelbench"])  # fail fast: the workers load it from the spec
     batch_size = positive("--batch-size", args.batch_size) or default_batch_size(settings["workers"], extra)
     if args.out is not None and "://" in args.out:
@@ -210,11 +214,15 @@ def _unknown_beam_args(extra: list[str]) -> list[str]:
 LOCAL_RUNNERS = {"directrunner", "direct", "prismrunner", "prism", "interactiverunner"}
 
 
-def _distributed_runner(extra: list[str]) -> str | None:
-    """The --runner among the Beam options when it runs the work on other machines (Dataflow, Flink, Spark)."""
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-
-    runner = PipelineOptions(extra).view_as(StandardOptions).runner
+def distributed_runner(extra: list[str]) -> str | None:
+    """The --runner among the Beam options when it runs the work on other machines (Dataflow, Flink, Spark). Read
+    as Beam's parser reads it (the last one given; no abbreviations), without importing Beam."""
+    runner = None
+    for k, arg in enumerate(extra):
+        if arg == "--runner" and k + 1 < len(extra):
+            runner = extra[k + 1]
+        elif arg.startswith("--runner="):
+            runner = arg.split("=", 1)[1]
     return runner if runner and runner.lower() not in LOCAL_RUNNERS else None
 
 

@@ -351,6 +351,20 @@ def test_beam_workers_log_errors_only_unless_a_level_is_given():
     assert quiet_workers(["--default_sdk_harness_log_level", "INFO"]) == ["--default_sdk_harness_log_level", "INFO"]
 
 
+@pytest.mark.parametrize(
+    "beam_args",
+    [[], ["--runner", "DataflowRunner"], ["--runner=FlinkRunner", "--job_endpoint", "embed"], ["--runner", "direct"],
+     ["--runner", "SparkRunner", "--runner", "DirectRunner"], ["--direct_num_workers", "2"]],
+)  # fmt: skip
+def test_the_runner_is_read_as_beam_reads_it_before_beam_is_imported(beam_args):
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    from opsynth.commands.generate import LOCAL_RUNNERS, distributed_runner
+
+    runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
+    assert distributed_runner(beam_args) == (runner if runner and runner.lower() not in LOCAL_RUNNERS else None)
+
+
 def test_the_libraries_say_only_errors_while_a_run_lasts_unless_verbose():
     import logging
 
