@@ -42,8 +42,9 @@ def execution_job(candidate: Candidate) -> Job:
 def run_candidates(pool: WorkerPool, candidates: list[Candidate], workload: Workload, op_weights: str,
                    window: tuple[float, float], on_result=None, skip=None, ahead=None) -> list[tuple]:  # fmt: skip
     """(final candidate, its verdict, calibration steps) of each candidate run on `pool`, in order: one outside
-    `window` is rescaled toward it and run again, as `generate` does (filters.calibration.run_calibrated, whose
-    `on_result`, `skip` and `ahead` these are); one whose rescale cannot reach the window is decided unrun."""
+    `window` (less the pool's keep margin) is rescaled toward it and run again, as `generate` does
+    (filters.calibration.run_calibrated, whose `on_result`, `skip` and `ahead` these are); one whose rescale
+    cannot reach it is decided unrun."""
     return run_calibrated(
         pool,
         candidates,
@@ -57,6 +58,7 @@ def run_candidates(pool: WorkerPool, candidates: list[Candidate], workload: Work
         size=input_elements,
         skip=skip,
         ahead=ahead,
+        margin=pool.cfg.keep_margin,
     )
 
 

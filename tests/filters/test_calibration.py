@@ -79,6 +79,19 @@ def test_a_task_may_reach_the_window_unless_its_growth_is_predicted_far_short():
     assert may_reach(300.0, 1 / 4, window) and not may_reach(3000.0, 1 / 4, window)
 
 
+def test_a_small_step_is_predicted_within_timing_noise_against_the_kept_window():
+    """The element budget lets a task at 0.95 ms grow by 3 %: 0.98 ms predicted, short of the 1.15 ms a 15 % keep
+    margin asks, decided; one at 1.1 ms grown by 20 % may land inside it."""
+    from opsynth.filters.calibration import may_reach
+
+    window = (1.0, 100.0)
+    assert not may_reach(0.95, 1.03, window, margin=0.15)
+    assert may_reach(0.95, 1.03, window)  # without the margin, within noise of the low end
+    assert may_reach(1.1, 1.2, window, margin=0.15)
+    assert not may_reach(0.6, 1.4, window) and may_reach(0.6, 1.7, window)  # a large step keeps its wide margin
+    assert not may_reach(95.0, 0.98, window, margin=0.15) and may_reach(95.0, 0.8, window, margin=0.15)
+
+
 def test_rescale_factor_aims_a_quarter_of_the_way_in_log_terms():
     assert rescale_factor(1.0, (1.0, 100.0), 64, target=0.25) == pytest.approx(10**0.5)
     assert rescale_factor(10**0.5, (1.0, 100.0), 64, target=0.25) == pytest.approx(1.0)
