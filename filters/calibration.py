@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW, Verdict
+from opsynth.workload import kept_window
 
 T = TypeVar("T")
 REACH_MARGIN = 0.5  # a rescaled task predicted below half the window's low end (or above twice its high) is decided
@@ -52,7 +53,7 @@ def may_reach(eager_ms: float, growth: float, window: tuple[float, float], margi
     less where launches dominate it, so a prediction short of the window by REACH_MARGIN decides the task without
     another execution (as when the element budget holds its sizes where they are); after a small step (see
     SMALL_STEP), one short by more than timing noise does."""
-    low, high = window[0] * (1 + margin), window[1] / (1 + margin)
+    low, high = kept_window(window, margin)
     slack = STEP_NOISE if 1 / SMALL_STEP <= growth <= SMALL_STEP else REACH_MARGIN
     predicted = eager_ms * growth
     return low * slack <= predicted <= high / slack
@@ -98,8 +99,7 @@ def run_calibrated(
         rescaled = rescale(current[i], rescale_factor(eager_ms, window, max_factor, target))
         if rescaled is None:
             return None
-        growth = size(rescaled) / max(size(current[i]), 1) if size is not None else None
-        if growth is not None and not may_reach(eager_ms, growth, window, margin):
+        if size is not None and not may_reach(eager_ms, size(rescaled) / max(size(current[i]), 1), window, margin):
             return None
         current[i] = rescaled
         earlier[i].append(verdict)

@@ -35,6 +35,7 @@ from opsynth.reasons import (
     RUNTIME_BELOW_WINDOW,
     Verdict,
 )
+from opsynth.workload import kept_window
 
 PRESCREEN_MARGIN = 3.0  # a forward timed this far above the window decides it without the profiler
 COMPILE_FIRST_MARGIN = 1.25  # CUDA: checks' events this many times the window's low end: compiled before timing
@@ -159,7 +160,7 @@ def draw_inputs(task, seed: int, i: int, device: torch.device) -> list:
 def _check_window(measurements: dict[str, Any], window: tuple[float, float], margin: float = 0.0) -> None:
     """A task timed outside the window fails; with `margin` (the final measure's), one within that fraction of an
     end too, a timing that close to an end being as likely to fall out of the window when measured again."""
-    low, high = round(window[0] * (1 + margin), 6), round(window[1] / (1 + margin), 6)
+    low, high = kept_window(window, margin)
     inside = f" (the window {list(window)} ms with a {margin:.0%} margin)" if margin else ""
     eager_ms = measurements["eager_ms"]
     if eager_ms < low:

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 TASK_DTYPES = ("float32", "bfloat16", "float16")
 
 
+def kept_window(window: tuple[float, float], margin: float) -> tuple[float, float]:
+    """The part of a runtime window a kept task's time must lie in, `margin` inside each end (low * (1 + margin),
+    high / (1 + margin)), rounded to a millionth of a ms so that it prints as it reads."""
+    return round(window[0] * (1 + margin), 6), round(window[1] / (1 + margin), 6)
+
+
 @dataclass(frozen=True)
 class Workload:
     """Size scale of generated tasks: tiny for CPU and CI, gpu for the paper's shapes."""
