@@ -10,6 +10,7 @@ from opsynth.pipeline import lookahead
 from opsynth.pipeline.lookahead import NextRound, StartAhead, certainly_asked
 from opsynth.pipeline.selection import FillPoint
 from opsynth.records import Candidate
+from tests import fixtures
 
 
 def test_the_next_round_is_asked_for_what_this_round_cannot_fill_whatever_its_last_verdicts():
@@ -54,8 +55,8 @@ def test_the_dataset_is_the_same_with_and_without_candidates_started_ahead(tmp_p
 
     # Two rounds at least: a pilot of 30 candidates cannot make 48 rows
     monkeypatch.setattr(opsynth.pipeline.planning, "PILOT_CANDIDATES", 30)
-    argv = ["--num-samples", "48", "--mixture", "torch2=100", "--seed", "5", "--device", "cpu", "--workload",
-            "tiny", "--workers", "2", "--no-compile-check", "--runtime-window-ms", "0,10000", "--quiet"]  # fmt: skip
+    argv = ["--num-samples", "48", "--mixture", "torch2=100", "--seed", "5", *fixtures.TINY_RUN, "--no-compile-check",
+            "--runtime-window-ms", "0,10000", "--quiet"]  # fmt: skip
     with monkeypatch.context() as plain:
         plain.setattr(lookahead, "register", lambda progress, next_round: None)
         assert main(["generate", "--out", str(tmp_path / "plain"), *argv]) == 0

@@ -12,10 +12,11 @@ from datasets import load_dataset
 
 from opsynth.bench.faults import environment, running_under
 from opsynth.commands.cli import main
+from tests import fixtures
 
 # A window no task can leave, so that timing noise cannot make the two runs differ.
-ARGS = ["--num-samples", "24", "--seed", "5", "--device", "cpu", "--workload", "tiny", "--workers", "2",
-        "--no-compile-check", "--runtime-window-ms", "0,10000", "--batch-size", "2"]  # fmt: skip
+ARGS = ["--num-samples", "24", "--seed", "5", *fixtures.TINY_RUN, "--no-compile-check", "--runtime-window-ms",
+        "0,10000", "--batch-size", "2"]  # fmt: skip
 
 
 def test_sigkill_then_resume_gives_the_uninterrupted_dataset(tmp_path, capsys):
