@@ -11,6 +11,11 @@ import os
 import time
 
 SLOT_POLL_S = 0.005  # how often a task waiting to share a GPU looks for a free slot
+# How long a timing that finds tasks sharing the GPU waits for another timing to start draining them before it
+# starts the drain itself (joining one as soon as it starts): see `DeviceLock`. Two 600-row runs on one H200 (one
+# machine, fresh compile caches each): 248 drains with 2.8 timings each, against 539 with 1.3 without gathering;
+# the GPU busy over 87.5 % of the execution, against 80.8 %; the execution as long (124 s, 122 s).
+TIMING_GATHER_S = 0.15
 # A worker's watch: what its DeviceLock reports, in a shared array the pool reads (monotonic clock seconds).
 HOLD_SINCE, WAIT_SINCE, WAITED_S = range(3)
 WATCH_FIELDS = 3
@@ -30,11 +35,18 @@ class DeviceLock:
     A shared holder's work between two device steps may be host work (building a model, Triton's autotuning
     between its benchmarks), during which the GPU would idle while a timing waits for it to leave: at such
     points it calls `yield_to_timings`, which lets any timing waiting go first and then shares again. So a
-    timing waits for the sharers' current device step, not for the whole of their checks."""
+    timing waits for the sharers' current device step, not for the whole of their checks.
 
-    def __init__(self, path: str, slots: int = 1):
+    That wait is the cost of a drain: the GPU runs only the steps the sharers are finishing, often host work (a
+    first forward's set-up), while every other task waits. So a timing that finds tasks sharing the GPU first
+    waits up to `gather_s`, the sharers going on meanwhile, for another timing to start a drain, and joins it at
+    once; only then does it start one itself. Timings drain the sharers a few at a time, not one by one. A
+    timing that finds no task on the GPU goes at once."""
+
+    def __init__(self, path: str, slots: int = 1, gather_s: float = TIMING_GATHER_S):
         self.path = path
         self.slots = slots
+        self.gather_s = gather_s
         self._fds: dict[str, int] | None = None  # opened lazily, in the process that uses them
         self._watch = None  # where this process reports its holds and waits (see `watch`)
         self._holds_watched = True
@@ -43,8 +55,8 @@ class DeviceLock:
         self.sharing = False  # whether it holds it in the shared mode (see `step_aside`)
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "slots": self.slots, "_fds": None, "_watch": None, "_holds_watched": True,
-                "_alone": False, "held": False, "sharing": False}  # fmt: skip
+        return {"path": self.path, "slots": self.slots, "gather_s": self.gather_s, "_fds": None, "_watch": None,
+                "_holds_watched": True, "_alone": False, "held": False, "sharing": False}  # fmt: skip
 
     @contextlib.contextmanager
     def alone(self):
@@ -100,6 +112,8 @@ class DeviceLock:
 
     def __enter__(self) -> DeviceLock:
         self._waiting()
+        if self.slots > 1 and not self._alone:
+            self._gather()
         fcntl.flock(self._fd("pending"), fcntl.LOCK_SH)  # from now on, no new shared holder enters
         fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
         self._holding()
@@ -134,6 +148,26 @@ class DeviceLock:
                 fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
         finally:
             fcntl.flock(slot, fcntl.LOCK_UN)
+
+    def _gather(self) -> None:
+        """Before a timing drains the tasks sharing the GPU: return once another timing has started a drain, or
+        no task holds the GPU, or after `gather_s` (see the class)."""
+        deadline = time.monotonic() + self.gather_s
+        while not self.timing_waits() and self._anyone_holds():
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(SLOT_POLL_S)
+
+    def _anyone_holds(self) -> bool:
+        """Whether some task holds the GPU, in either mode: asked without waiting, the probe's own hold let go at
+        once (a shared holder entering holds `pending` while it waits for `rw`)."""
+        fd = self._fd("rw")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
 
     def timing_waits(self) -> bool:
         """Whether an exclusive holder (a timing) waits for the GPU or holds it: asked without waiting."""

@@ -1,5 +1,6 @@
-"""The GPU lock: shared for checks up to its slots, exclusive for timings, released by a dead holder, and
-reporting its holder's holds and waits."""
+"""The GPU lock: shared for checks up to its slots, exclusive for timings (which gather to drain the sharers
+together), released by a dead holder, and reporting its holder's holds and waits. A timing that must drain the
+sharers at once is made with `gather_s=0`."""
 
 
 def _hold_and_die(path):
@@ -47,7 +48,7 @@ def test_a_device_lock_lets_checks_share_up_to_its_slots_and_timings_hold_it_alo
     path = str(tmp_path / "gpu0")
 
     def lock():
-        return DeviceLock(path, slots=2)  # each holder its own, as each worker process has
+        return DeviceLock(path, slots=2, gather_s=0)  # each holder its own, as each worker process has
 
     a, release_a, thread_a = _enter_in_thread(lambda: lock().shared())
     assert a.wait(5)
@@ -80,8 +81,8 @@ def test_exclusive_holders_waiting_together_go_before_any_new_shared_holder(tmp_
     path = str(tmp_path / "gpu0")
     a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
     assert a.wait(5)
-    w1, release_w1, thread_w1 = _enter_in_thread(lambda: DeviceLock(path, slots=3))
-    w2, release_w2, thread_w2 = _enter_in_thread(lambda: DeviceLock(path, slots=3))
+    w1, release_w1, thread_w1 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0))
+    w2, release_w2, thread_w2 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0))
     assert not w1.wait(0.3) and not w2.is_set()
     r, release_r, thread_r = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
     assert not r.wait(0.3), "a shared holder waits while timings are pending"
@@ -98,6 +99,64 @@ def test_exclusive_holders_waiting_together_go_before_any_new_shared_holder(tmp_
     release_r.set()
     for t in (thread_a, thread_w1, thread_w2, thread_r):
         t.join(5)
+
+
+def test_a_timing_that_finds_no_task_on_the_gpu_takes_it_at_once(tmp_path):
+    from opsynth.filters.device_lock import DeviceLock
+
+    lock = DeviceLock(str(tmp_path / "gpu0"), slots=3, gather_s=600)
+    w, release_w, thread_w = _enter_in_thread(lambda: lock)
+    assert w.wait(10), "it did not wait out its gathering: there was nothing to drain"
+    release_w.set()
+    thread_w.join(5)
+
+
+def test_a_timing_lets_the_sharers_go_on_until_another_timing_drains_them_and_joins_that_drain(tmp_path):
+    from opsynth.filters.device_lock import DeviceLock
+
+    path = str(tmp_path / "gpu0")
+    a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
+    assert a.wait(5)
+    w1, release_w1, thread_w1 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=600))
+    assert not w1.wait(0.3)
+    r, release_r, thread_r = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
+    assert r.wait(5), "a shared holder enters while a timing gathers"
+    release_r.set()
+    thread_r.join(5)
+    w2, release_w2, thread_w2 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0))
+    assert not w2.wait(0.3)
+    s, release_s, thread_s = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
+    assert not s.wait(0.3), "a shared holder waits once a timing drains the GPU"
+    release_a.set()
+    first, release_first, second, release_second = (
+        (w1, release_w1, w2, release_w2) if w1.wait(10) else (w2, release_w2, w1, release_w1)
+    )
+    assert first.is_set(), "the gathering timing joined the drain the other started"
+    release_first.set()
+    assert second.wait(10) and not s.is_set(), "both timings go before the waiting shared holder"
+    release_second.set()
+    assert s.wait(5)
+    release_s.set()
+    for t in (thread_a, thread_w1, thread_w2, thread_s):
+        t.join(5)
+
+
+def test_a_timing_drains_the_sharers_itself_once_its_gathering_is_over(tmp_path):
+    import time
+
+    from opsynth.filters.device_lock import DeviceLock
+
+    path = str(tmp_path / "gpu0")
+    sharer = DeviceLock(path, slots=3)
+    with sharer.shared():
+        w, release_w, thread_w = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0.05))
+        deadline = time.monotonic() + 10
+        while not sharer.timing_waits() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sharer.timing_waits() and not w.is_set(), "it drains the GPU: no new sharer enters, it waits"
+    assert w.wait(5)
+    release_w.set()
+    thread_w.join(5)
 
 
 def test_with_one_slot_a_device_locks_shared_mode_is_exclusive(tmp_path):
@@ -177,7 +236,7 @@ def test_a_sharer_steps_aside_for_a_waiting_timing_and_shares_again_after_it(tmp
     with sharer.shared():
         assert not sharer.timing_waits()
         assert not yield_to_timings(sharer, lambda: finished.append("device work")), "nothing waits: it stays"
-        w, release_w, thread_w = _enter_in_thread(lambda: DeviceLock(path, slots=3))
+        w, release_w, thread_w = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0))
         assert not w.wait(0.3), "the timing waits for the sharer"
         assert sharer.timing_waits()
         stepped = threading.Event()
