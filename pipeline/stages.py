@@ -21,6 +21,7 @@ from apache_beam.utils.shared import Shared
 
 from opsynth.config import (
     CALIBRATION_TARGET,
+    PREDICTED_ABOVE_FACTOR,
     SIZE_MAX_FACTOR,
     SIZE_SLACK,
 )
@@ -35,7 +36,7 @@ from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.compose import CompositionError
 from opsynth.pipeline import display, parallel
 from opsynth.pipeline.candidates import make_candidate, rescale_candidate
-from opsynth.reasons import SHAPE_ERROR, Verdict
+from opsynth.reasons import RUNTIME_ABOVE_WINDOW, SHAPE_ERROR, Verdict
 from opsynth.records import Candidate, CandidateSpec, Rejection
 from opsynth.workload import Workload
 
@@ -200,7 +201,8 @@ class _ShapeCheckFn(beam.DoFn):
 
     def _sized(self, batch: list[Candidate], verdicts: list[Verdict]) -> tuple[list[Candidate], list[Verdict]]:
         """The batch with each candidate predicted far from the aim replaced by its rescaled self, where that
-        passes the shape check too; every kept candidate's prediction in its measurements."""
+        passes the shape check too; every kept candidate's prediction in its measurements, and one still predicted
+        PREDICTED_ABOVE_FACTOR times the window's top rejected as above it."""
         batch, verdicts = list(batch), list(verdicts)
         far: dict[int, float] = {}
         for i, verdict in enumerate(verdicts):
@@ -219,10 +221,16 @@ class _ShapeCheckFn(beam.DoFn):
             if verdict.kept and verdict.measurements.get("cost"):
                 batch[i], verdicts[i] = rescaled, verdict
                 Metrics.counter(COUNTER_NAMESPACE, "sized").inc()
+        too_slow = PREDICTED_ABOVE_FACTOR * self.sizing.window[1]
         for i, verdict in enumerate(verdicts):
             if verdict.kept and verdict.measurements.get("cost"):
-                predicted = {"predicted_ms": round(self.sizing.speed.predicted_ms(verdict.measurements["cost"]), 4)}
-                verdicts[i] = Verdict(verdict.reason, verdict.detail, {**verdict.measurements, **predicted})
+                predicted_ms = round(self.sizing.speed.predicted_ms(verdict.measurements["cost"]), 4)
+                measurements = {**verdict.measurements, "predicted_ms": predicted_ms}
+                if predicted_ms > too_slow:
+                    detail = f"predicted {predicted_ms:.0f} ms at the smallest sizes it could be made, not run"
+                    verdicts[i] = Verdict(RUNTIME_ABOVE_WINDOW, detail, measurements)
+                else:
+                    verdicts[i] = Verdict(verdict.reason, verdict.detail, measurements)
         return batch, verdicts
 
     def teardown(self) -> None:

@@ -250,6 +250,38 @@ def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_t
         assert_that(kept, check)
 
 
+def test_a_candidate_the_sizing_leaves_far_above_the_window_is_rejected_unrun():
+    """Its sizes could not be made smaller (at this made-up speed, each kernel alone takes 10 ms): run, its first
+    forwards would hold the GPU for long while other tasks' timings waited."""
+    from opsynth.config import PREDICTED_ABOVE_FACTOR
+    from opsynth.device_speed import DeviceSpeed
+    from opsynth.pipeline.candidates import make_candidate
+    from opsynth.pipeline.stages import Sizing
+    from opsynth.reasons import RUNTIME_ABOVE_WINDOW
+
+    workload = WORKLOADS["tiny"]
+    window = (1.0, 2.0)
+    sizing = Sizing(DeviceSpeed(bytes_per_s=1e12, flops_per_s=1e13, kernel_ms=10.0), window, workload)
+    candidates = [make_candidate(CandidateSpec("torch#2", i, candidate_seed(5, "torch#2", i)), workload)
+                  for i in range(12)]  # fmt: skip
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False, workers=1)
+    too_slow = PREDICTED_ABOVE_FACTOR * window[1]
+    with BeamTestPipeline() as p:
+        out = p | beam.Create(candidates) | CheckShapes(cfg, Shared(), sizing=sizing)
+        kept = out[KEPT] | "Kept" >> beam.Map(lambda c: c.measurements["predicted_ms"])
+        dropped = out[REJECTED] | "Dropped" >> beam.Map(
+            lambda r: (r.reason, r.stage, r.detail.startswith("predicted"), r.candidate.measurements["predicted_ms"])
+        )
+
+        def check_dropped(rows):
+            assert rows, "some candidates have more kernels than the window's top allows at this speed"
+            for reason, stage, predicted, ms in rows:
+                assert (reason, stage, predicted) == (RUNTIME_ABOVE_WINDOW, "shape_check", True) and ms > too_slow
+
+        assert_that(dropped, check_dropped, label="dropped")
+        assert_that(kept, lambda rows: all(ms <= too_slow for ms in rows), label="kept")
+
+
 def _predicted(code: str, speed) -> float:
     from opsynth.filters.shape_check import check_shapes
 
