@@ -151,17 +151,18 @@ class DeviceLock:
 
     def _gather(self) -> None:
         """Before a timing drains the tasks sharing the GPU: return once another timing has started a drain, or
-        no task holds the GPU, or after `gather_s` (see the class)."""
+        no task holds the GPU (`rw`), or after `gather_s` (see the class)."""
         deadline = time.monotonic() + self.gather_s
-        while not self.timing_waits() and self._anyone_holds():
+        while not self.timing_waits() and self._taken("rw"):
             if time.monotonic() >= deadline:
                 return
             time.sleep(SLOT_POLL_S)
 
-    def _anyone_holds(self) -> bool:
-        """Whether some task holds the GPU, in either mode: asked without waiting, the probe's own hold let go at
-        once (a shared holder entering holds `pending` while it waits for `rw`)."""
-        fd = self._fd("rw")
+    def _taken(self, name: str) -> bool:
+        """Whether another process holds the lock file `name`, in either mode: asked without waiting, the probe's
+        own hold let go at once (held, it would block a shared holder entering, which holds `pending` meanwhile).
+        Never asked of a file this process holds: the probe would convert its hold."""
+        fd = self._fd(name)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -171,13 +172,7 @@ class DeviceLock:
 
     def timing_waits(self) -> bool:
         """Whether an exclusive holder (a timing) waits for the GPU or holds it: asked without waiting."""
-        fd = self._fd("pending")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
+        return self._taken("pending")
 
     def step_aside(self) -> None:
         """While sharing: leave the GPU to the exclusive holders waiting, and share it again once they are done

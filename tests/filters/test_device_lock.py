@@ -74,6 +74,23 @@ def test_a_device_lock_lets_checks_share_up_to_its_slots_and_timings_hold_it_alo
         t.join(5)
 
 
+def _one_timing_then_the_other(one: tuple, other: tuple, sharer) -> None:
+    """Two timings waiting for the GPU (each an entered and a release event) hold it one at a time, in either
+    order, and both before the shared holder waiting (`sharer`, its entered event)."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while not (one[0].is_set() or other[0].is_set()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (first, release_first), (second, release_second) = (one, other) if one[0].is_set() else (other, one)
+    assert first.is_set() and not second.is_set() and not sharer.is_set()
+    release_first.set()
+    assert second.wait(10)
+    assert not sharer.wait(0.3), "the second timing went before the waiting shared holder"
+    release_second.set()
+    assert sharer.wait(5)
+
+
 def test_exclusive_holders_waiting_together_go_before_any_new_shared_holder(tmp_path):
     """The GPU drains of shared work once for all the timings waiting, not once for each."""
     from opsynth.filters.device_lock import DeviceLock
@@ -87,15 +104,7 @@ def test_exclusive_holders_waiting_together_go_before_any_new_shared_holder(tmp_
     r, release_r, thread_r = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
     assert not r.wait(0.3), "a shared holder waits while timings are pending"
     release_a.set()
-    first, release_first, second, release_second = (
-        (w1, release_w1, w2, release_w2) if w1.wait(5) else (w2, release_w2, w1, release_w1)
-    )
-    assert first.is_set() and not second.is_set() and not r.is_set()
-    release_first.set()
-    assert second.wait(5)
-    assert not r.wait(0.3), "the second timing went before the waiting shared holder"
-    release_second.set()
-    assert r.wait(5)
+    _one_timing_then_the_other((w1, release_w1), (w2, release_w2), r)
     release_r.set()
     for t in (thread_a, thread_w1, thread_w2, thread_r):
         t.join(5)
@@ -128,14 +137,7 @@ def test_a_timing_lets_the_sharers_go_on_until_another_timing_drains_them_and_jo
     s, release_s, thread_s = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
     assert not s.wait(0.3), "a shared holder waits once a timing drains the GPU"
     release_a.set()
-    first, release_first, second, release_second = (
-        (w1, release_w1, w2, release_w2) if w1.wait(10) else (w2, release_w2, w1, release_w1)
-    )
-    assert first.is_set(), "the gathering timing joined the drain the other started"
-    release_first.set()
-    assert second.wait(10) and not s.is_set(), "both timings go before the waiting shared holder"
-    release_second.set()
-    assert s.wait(5)
+    _one_timing_then_the_other((w1, release_w1), (w2, release_w2), s)  # the gathering one joined the other's drain
     release_s.set()
     for t in (thread_a, thread_w1, thread_w2, thread_s):
         t.join(5)
