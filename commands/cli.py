@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]  # accepted before or after the subcommand
     watching = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not where SIGINT is ignored
+    _Interrupt.seen = False  # an interrupt of an earlier call in this process is not this one's
     if watching:
-        _Interrupt.seen = False
         signal.signal(signal.SIGINT, _Interrupt.handle)
     logging_disabled = logging.root.manager.disable
     try:

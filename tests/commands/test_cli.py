@@ -379,9 +379,14 @@ def test_the_libraries_say_only_errors_while_a_run_lasts_unless_verbose():
         assert [logger.level for logger in loggers] == before
 
 
-def test_an_error_is_the_last_line_and_the_logging_level_is_left_as_it_was(monkeypatch, capsys):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_an_error_is_the_last_line_and_the_logging_level_is_left_as_it_was(monkeypatch, capsys, sigint):
+    """Also after an interrupted call in the same process, and where SIGINT is ignored (a suite run in the
+    background): that call's interrupt is not this one's."""
     import logging
+    import signal
 
+    import opsynth.commands.cli
     from opsynth.commands import catalog
     from opsynth.errors import OpsynthError
 
@@ -389,8 +394,13 @@ def test_an_error_is_the_last_line_and_the_logging_level_is_left_as_it_was(monke
         raise OpsynthError("it broke")
 
     monkeypatch.setattr(catalog, "run", fail)
-    before = logging.root.manager.disable
-    assert main(["catalog"]) == 1
+    monkeypatch.setattr(opsynth.commands.cli._Interrupt, "seen", True)  # as an interrupted call leaves it
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler if sigint == "default" else signal.SIG_IGN)
+    try:
+        before = logging.root.manager.disable
+        assert main(["catalog"]) == 1
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert capsys.readouterr().err.strip().splitlines()[-1] == "opsynth: error: it broke"
     assert logging.root.manager.disable == before
 
