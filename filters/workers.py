@@ -65,7 +65,6 @@ class WorkerPool:
         elif limits is None:
             limits = Limits(address_space_bytes=host_memory_share(cfg.workers))
         self.limits = limits
-        self.started_at = time.monotonic()  # when the pool began to start its workers
         self._gpus = self._gpu_indices()
         self._root = tempfile.mkdtemp(prefix="opsynth-workers-")
         # One lock per GPU: a task holds it while it runs on the device, so timings are not shared.
@@ -77,7 +76,9 @@ class WorkerPool:
         self.hold_limit_s = hold_limit_s(cfg)
         self._cage = Cage(self.limits)
         self._spawned = 0
-        wait_compiled()  # the libraries' bytecode, where the command compiles it (opsynth.bytecode)
+        # The libraries' bytecode, where the command compiles it (opsynth.bytecode): the seconds waited for it.
+        self.bytecode_wait_s = wait_compiled()
+        self.started_at = time.monotonic()  # when the pool began to start its workers
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
         # When the first job was handed out and the last verdict came in (monotonic): the span of the pool's work.

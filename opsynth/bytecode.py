@@ -18,6 +18,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # The libraries a run's processes import, in the order their absence costs it most.
@@ -80,13 +81,16 @@ def compile_ahead(packages: tuple[str, ...] = PACKAGES, cores: int | None = None
     return folders
 
 
-def wait_compiled(timeout_s: float = COMPILE_WAIT_S) -> None:
-    """Return once the compile `compile_ahead` started has ended, or after `timeout_s`, leaving it to finish."""
+def wait_compiled(timeout_s: float = COMPILE_WAIT_S) -> float:
+    """Return once the compile `compile_ahead` started has ended, or after `timeout_s`, leaving it to finish: the
+    seconds waited (0 where no compile runs)."""
     global _compiling
     if _compiling is None:
-        return
+        return 0.0
+    started = time.monotonic()
     try:
         _compiling.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return
+        return time.monotonic() - started
     _compiling = None
+    return time.monotonic() - started

@@ -33,7 +33,7 @@ def test_what_lacks_bytecode_is_compiled_in_the_background_where_python_looks(li
     assert bytecode.uncompiled(names) == [str(library), str(library.parent / "bytecode_probe_mod.py")]
 
     assert bytecode.compile_ahead(names, cores=2) == [str(library), str(library.parent / "bytecode_probe_mod.py")]
-    bytecode.wait_compiled()
+    assert bytecode.wait_compiled() >= 0.0  # the seconds it waited
 
     for module in ("__init__.py", "core.py", "sub/__init__.py"):
         assert compiled(library / module)
@@ -41,7 +41,7 @@ def test_what_lacks_bytecode_is_compiled_in_the_background_where_python_looks(li
     assert not compiled(library / "tests" / "test_core.py")  # a test suite is never imported by a run
     assert bytecode.uncompiled(names) == []
     assert bytecode.compile_ahead(names) == []  # nothing left: no process started
-    bytecode.wait_compiled()
+    assert bytecode.wait_compiled() == 0.0  # nothing to wait for
 
 
 def test_an_installation_with_its_bytecode_is_left_alone():
