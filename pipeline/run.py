@@ -127,7 +127,7 @@ def _interrupted(error: BaseException | None) -> bool:
     return False
 
 
-def _gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: float, shapes=None) -> dict:
+def gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: float, shapes=None) -> dict:
     """This process's GPU busy fraction per GPU (NVML) from its first execution to its last, for its session
     record, with when (seconds after the session's start `t0`) its execution workers began to start (and how
     long their pool had waited for the libraries' bytecode before) and were all up, its shape check's workers
@@ -213,7 +213,7 @@ def _generate(
     selector = state.selector
     started = time.monotonic()
     monitor = GpuBusyMonitor().__enter__() if execution.device == "cuda" else None
-    session.extra = lambda: _gpu_record(monitor, workers.execution_pool, session.t0, workers.shape_pool)
+    session.extra = lambda: gpu_record(monitor, workers.execution_pool, session.t0, workers.shape_pool)
     beside: Beside | None = None  # the next round, its CPU stages run beside this one's execution
     shown = display.active()
     try:

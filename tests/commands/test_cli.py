@@ -390,13 +390,22 @@ def test_an_error_is_the_last_line_and_the_logging_level_is_left_as_it_was(monke
     from opsynth.commands import catalog
     from opsynth.errors import OpsynthError
 
+    def interrupted(argv):
+        signal.raise_signal(signal.SIGINT)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
+        raise AssertionError("SIGINT did not interrupt")
+
     def fail(args):
         raise OpsynthError("it broke")
 
-    monkeypatch.setattr(catalog, "run", fail)
-    monkeypatch.setattr(opsynth.commands.cli._Interrupt, "seen", True)  # as an interrupted call leaves it
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler if sigint == "default" else signal.SIG_IGN)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        with monkeypatch.context() as patched:
+            patched.setattr(opsynth.commands.cli, "run", interrupted)
+            assert main(["generate", "--out", "o"]) == 130
+        capsys.readouterr()
+        signal.signal(signal.SIGINT, signal.default_int_handler if sigint == "default" else signal.SIG_IGN)
+        monkeypatch.setattr(catalog, "run", fail)
         before = logging.root.manager.disable
         assert main(["catalog"]) == 1
     finally:

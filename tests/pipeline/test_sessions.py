@@ -63,16 +63,16 @@ def test_a_sessions_gpu_record_says_when_its_workers_started_and_how_long_they_w
     """Seconds after the session's start; the pool's wait for the libraries' bytecode comes before its start."""
     from types import SimpleNamespace
 
-    from opsynth.pipeline.run import _gpu_record
+    from opsynth.pipeline.run import gpu_record
 
     monitor = SimpleNamespace(unavailable=None, busy=lambda start, end: [0.9])
     pool = SimpleNamespace(first_handed=130.0, last_done=250.0, started_at=107.5, bytecode_wait_s=4.04, replaced=0,
                            ready_at=118.0)  # fmt: skip
     shapes = SimpleNamespace(ready_at=112.0)
-    assert _gpu_record(monitor, pool, 100.0, shapes) == {
+    assert gpu_record(monitor, pool, 100.0, shapes) == {
         "gpu": {
             "executing_s": 120.0, "busy_fraction": [0.9], "first_execution_s": 30.0, "workers_started_s": 7.5,
             "bytecode_wait_s": 4.0, "workers_replaced": 0, "workers_ready_s": 18.0, "shape_workers_ready_s": 12.0,
         }
     }  # fmt: skip
-    assert _gpu_record(None, pool, 100.0) == {}  # a CPU run's
+    assert gpu_record(None, pool, 100.0) == {}  # a CPU run's
