@@ -90,7 +90,7 @@ def wait_compiled(timeout_s: float = COMPILE_WAIT_S) -> float:
     started = time.monotonic()
     try:
         _compiling.wait(timeout=timeout_s)
+        _compiling = None
     except subprocess.TimeoutExpired:
-        return time.monotonic() - started
-    _compiling = None
+        pass  # left to finish
     return time.monotonic() - started
