@@ -9,16 +9,20 @@
 # examples in DATA (default .gpu-data); REMEASURE=FILE validates the tasks of a Parquet file with one worker (to
 # compare their eager times with those the run's workers measured); BENCH=1 runs `bench execute` (BENCH_N
 # candidates, default 200) with exclusive and with shared checks (BENCH_MODES, to run one of them).
+# RUN outside the repository (say /tmp/ops6k) survives between legs on a machine kept between them: a leg finding it
+# there resumes it without unpacking. The package runs as installed (PYTHONSAFEPATH: not the sources beside it).
 # Once the run has finished: RESAMPLE=N measures N of its rows again with one worker, nothing else on the GPU;
 # then VALIDATE=after validates the released examples.
-# ARGS: generate's options after --out (default: ops6k on CUDA, 14 workers). DEVICE: the validations' device.
+# ARGS: generate's options after --out (default: ops6k on CUDA, the README's seed and defaults). DEVICE: the
+# validations' device.
 # BUDGET_S: seconds the whole script may take (counted from its start); the leg is cut short so that what
 # follows it still fits.
 set -uo pipefail
+export PYTHONSAFEPATH=1  # python -m from the repository root imports the installed package, not ./opsynth
 OUT=${OUT:-gpu-out}
 RUN=${RUN:-.gpu-run/ops6k}
 LEG_S=${LEG_S:-540}
-ARGS=${ARGS:---preset ops6k --device cuda --seed 1 --workers 14}
+ARGS=${ARGS:---preset ops6k --device cuda --seed 11}
 DEVICE=${DEVICE:-cuda}  # of the validations
 mkdir -p "$OUT" "$(dirname "$RUN")"
 for packed in run dataset; do  # a run to resume, or a finished one (to re-measure: RESAMPLE, VALIDATE=after)
@@ -49,15 +53,15 @@ if [ -n "${REMEASURE:-}" ]; then  # rows of the run re-measured by one worker, w
 fi
 if [ -n "${BENCH:-}" ]; then  # the execution stage alone, exclusive and shared checks, before the leg
   for mode in ${BENCH_MODES:-exclusive shared}; do
-    flag=$([ "$mode" = shared ] && echo --shared-checks)
+    flag=$([ "$mode" = exclusive ] && echo --exclusive-checks)
     # shellcheck disable=SC2086
     timeout 150 python3 -m opsynth bench execute --device cuda --workload gpu --n "${BENCH_N:-200}" $flag \
       --out "$OUT/bench_$mode.json" >>"$OUT/bench.log" 2>&1
   done
 fi
 (while sleep 5; do  # time, GPU use, GPU memory, checkpointed verdicts, of which kept
-  verdicts=$(cat "$RUN"/.opsynth/progress/*.jsonl 2>/dev/null | wc -l)
-  kept=$(cat "$RUN"/.opsynth/progress/*.jsonl 2>/dev/null | grep -c '"reason": "keep"')
+  verdicts=$(find "$RUN/.opsynth/progress" -name '*.jsonl' -exec cat {} + 2>/dev/null | wc -l)
+  kept=$(find "$RUN/.opsynth/progress" -name '*.jsonl' -exec cat {} + 2>/dev/null | grep -c '"reason": "keep"')
   echo "$(date +%T), $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader), $verdicts, $kept"
 done) >"$OUT/gpu.csv" 2>&1 &
 monitor=$!
