@@ -83,8 +83,8 @@ def compiled_for_timing(model, inputs: list, eager_out: list, cfg: ExecutionConf
                         measurements) -> Any:  # fmt: skip
     """CUDA: the compiled model, found to agree with eager (sharing the GPU like the eager checks), ready to be
     timed; raises CheckFailed, with what was measured, where it fails to compile or disagrees. Its compiling call
-    ran it once, autotuning included, and that is its warm-up: the profiler counts kernel time only, which a
-    second run does not change (the host work a first run does, a second would not)."""
+    ran it once, autotuning included: that is its warm-up, the profiler counting kernel time only (what a first
+    run does more is host work)."""
     return _agreeing(model, inputs, eager_out, cfg, device_lock, clock, measurements, shared_mode(device_lock),
                      "compiled_checks", lambda compiled: None)[0]  # fmt: skip
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-# CUDA: timed forwards stop near this much device time, but never fewer than MIN_TIMED_ITERS. The profiler sums
-# each forward's kernel times, which vary little from one forward to the next of the same inputs: a 600-row run on
-# one H200 timed over 20 ms (30 ms before it) re-measured alone at a median 0.999 of its recorded times, 5th-95th
-# percentile 0.914-1.01. The timed forwards were a third of a kept task's forwards (and its only exclusive hold of
-# the GPU); a task of over 5 ms is timed over two of them.
+# CUDA: timed forwards stop near this much device time, but never fewer than MIN_TIMED_ITERS (a task of over 5 ms
+# is timed over two). The profiler sums each forward's kernel times, which vary little from one forward to the next
+# of the same inputs. The timed forwards are a kept task's only exclusive hold of the GPU; over 20 ms (at least 3)
+# they were a third of its forwards. On one H200 the same tasks timed in three runs so repeated as well as over
+# 20 ms: one run's times over another's, median 1.000, 5th-95th percentile 0.905-1.108 (20 ms: 0.873-1.133).
 TIMING_SPAN_MS = 10.0
 MIN_TIMED_ITERS = 2
 
@@ -106,7 +106,7 @@ def host_time_ms(fn, inputs: list, warmup: int, iters: int) -> float:
 
 
 def timed_iters(iters: int, estimate_ms: float) -> int:
-    """Timed forwards on CUDA: `iters` (the paper's 10) for a task of up to 2 ms, fewer for a heavier one, whose
+    """Timed forwards on CUDA: `iters` (the paper's 10) for a task of up to 1 ms, fewer for a heavier one, whose
     mean over forwards of TIMING_SPAN_MS in all (at least MIN_TIMED_ITERS) is as steady; the device time is what
     bounds a run."""
     return max(min(iters, MIN_TIMED_ITERS), min(iters, math.ceil(TIMING_SPAN_MS / max(estimate_ms, 1e-6))))
