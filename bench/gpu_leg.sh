@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One leg of a long `generate` run on a CUDA machine, from the repository root: runs (or resumes) the run in RUN
-# for at most LEG_S seconds, samples the GPU's use and the verdicts checkpointed every 5 s, and packs the run
-# folder into $OUT in parts of at most 15 MB; the next leg, which may start on a fresh machine, resumes it from
-# those parts put in .gpu-state/ (where RUN is absent). When the run finishes, the dataset folder (without its
-# work files) is packed as dataset.tgz.* parts, which a later call unpacks the same way.
+# for at most LEG_S seconds (then sends SIGINT, Ctrl-C's signal: generate records its session and stops), samples
+# the GPU's use and the verdicts checkpointed every 5 s, and packs the run folder into $OUT in parts of at most
+# 15 MB; the next leg, which may start on a fresh machine, resumes it from those parts put in .gpu-state/ (where
+# RUN is absent). When the run finishes, the dataset folder (without its work files) is packed as dataset.tgz.*
+# parts, which a later call unpacks the same way.
 #
 # Before the leg: CHECK=1 runs the GPU tests and stops there if they fail; VALIDATE=1 validates the released
 # examples in DATA (default .gpu-data); REMEASURE=FILE validates the tasks of a Parquet file with one worker (to
@@ -73,7 +74,7 @@ if [ -f "$RUN/stats.json" ]; then
   echo "the run in $RUN has finished" | tee "$OUT/leg.log"
 else
   # shellcheck disable=SC2086
-  timeout -k 15 "$LEG_S" python3 -m opsynth generate --out "$RUN" $ARGS 2>&1 | tee "$OUT/leg.log"
+  timeout -s INT -k 30 "$LEG_S" python3 -m opsynth generate --out "$RUN" $ARGS 2>&1 | tee "$OUT/leg.log"
   echo "generate exited with ${PIPESTATUS[0]}" | tee -a "$OUT/leg.log"
 fi
 kill "$monitor" 2>/dev/null
