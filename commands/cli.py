@@ -89,26 +89,30 @@ def _traceback_if(debug: bool) -> None:
         traceback.print_exc()
 
 
-INTERRUPTED_EXIT = 130  # the shell's code for a command stopped by SIGINT
 INTERRUPTED = "opsynth: interrupted; run the same command again to resume"
+# What stops a command as Ctrl-C does, where it has its default handler: Ctrl-C itself, and SIGTERM (a scheduler's
+# or `timeout`'s stop), which would otherwise end the process at once, its run's session recorded as of its last
+# tick. A signal the caller ignores or handles (a background job's SIGINT) is left as it is.
+INTERRUPTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
 
 class _Interrupt:
-    """Ctrl-C, noted as it comes: Beam turns a KeyboardInterrupt raised inside a stage into a RuntimeError and
+    """An interrupt, noted as it comes: Beam turns a KeyboardInterrupt raised inside a stage into a RuntimeError and
     logs its traceback, so `main` tells an interrupt by this, not by the exception that reaches it."""
 
-    seen = False
+    seen = 0  # the signal that interrupted this call, 0 for none
 
     @classmethod
     def handle(cls, signum, frame) -> None:
-        cls.seen = True
+        cls.seen = signum
         logging.disable(logging.CRITICAL)  # the stages' tracebacks of the interrupt are not news
         raise KeyboardInterrupt
 
 
 def _interrupted() -> int:
+    """The message, and the shell's exit status for a command stopped by the signal (130 for Ctrl-C)."""
     print(INTERRUPTED, file=sys.stderr)
-    return INTERRUPTED_EXIT
+    return 128 + (_Interrupt.seen or signal.SIGINT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,16 +120,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]  # accepted before or after the subcommand
-    watching = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not where SIGINT is ignored
-    _Interrupt.seen = False  # an interrupt of an earlier call in this process is not this one's
-    if watching:
-        signal.signal(signal.SIGINT, _Interrupt.handle)
+    watched = [sig for sig, default in INTERRUPTS.items() if signal.getsignal(sig) is default]
+    _Interrupt.seen = 0  # an interrupt of an earlier call in this process is not this one's
+    for sig in watched:
+        signal.signal(sig, _Interrupt.handle)
     logging_disabled = logging.root.manager.disable
     try:
         return _main(argv, debug)
     finally:
-        if watching:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in watched:
+            signal.signal(sig, INTERRUPTS[sig])
         logging.disable(logging_disabled)
 
 

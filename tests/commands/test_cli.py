@@ -379,6 +379,32 @@ def test_the_libraries_say_only_errors_while_a_run_lasts_unless_verbose():
         assert [logger.level for logger in loggers] == before
 
 
+def test_sigterm_stops_a_command_as_ctrl_c_does_unless_the_caller_handles_it(monkeypatch, capsys):
+    """A scheduler's or `timeout`'s stop: the interrupt's message, the shell's 143, SIGTERM's default handler back
+    afterwards; a caller's own SIGTERM handler is left in place and runs."""
+    import signal
+
+    import opsynth.commands.cli
+
+    def terminated(argv):
+        signal.raise_signal(signal.SIGTERM)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
+        return 0
+
+    monkeypatch.setattr(opsynth.commands.cli, "run", terminated)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    caught = []
+    try:
+        assert main(["generate", "--out", "o"]) == 143
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert capsys.readouterr().err == "opsynth: interrupted; run the same command again to resume\n"
+        signal.signal(signal.SIGTERM, lambda signum, frame: caught.append(signum))
+        assert main(["generate", "--out", "o"]) == 0
+        assert caught == [signal.SIGTERM] and capsys.readouterr().err == ""
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
 def test_an_error_is_the_last_line_and_the_logging_level_is_left_as_it_was(monkeypatch, capsys, sigint):
     """Also after an interrupted call in the same process, and where SIGINT is ignored (a suite run in the
