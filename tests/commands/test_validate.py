@@ -29,49 +29,46 @@ def test_hostile_tasks_cost_only_their_own_verdicts(tmp_path):
     assert result["leftover_processes"] == 0, "a worker, or a process a task started, outlived the run"
 
 
+def _validating_a_hanging_task(tmp_path: Path, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+    """`validate` of a task that hangs, in a process of its own, once its worker is up (its two processes)."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "hang.py").write_text(fixtures.HANG)
+    argv = [sys.executable, "-m", "opsynth", "validate", str(tasks), "--device", "cpu", "--workers", "1",
+            "--timeout-s", "600", "--no-compile-check"]  # fmt: skip
+    process = subprocess.Popen(argv, env=environment(tmp_path / "tmp"), stdout=subprocess.DEVNULL, stderr=stderr,
+                               text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(running_under(tmp_path / "tmp")) < 2:
+        time.sleep(0.2)
+    assert running_under(tmp_path / "tmp"), "no worker started"
+    return process
+
+
+def _workers_gone(tmp_path: Path) -> bool:
+    """Whether the run's workers are gone, within two minutes."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and running_under(tmp_path / "tmp"):
+        time.sleep(0.2)
+    return not running_under(tmp_path / "tmp")
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="the process checks read /proc (Linux)")
 def test_sigterm_stops_a_run_in_one_line_and_its_workers_with_it(tmp_path):
     """`timeout` or a scheduler stops the command with SIGTERM: it ends as after Ctrl-C (143, the line that says how
     to resume, last), and no worker outlives it."""
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "hang.py").write_text(fixtures.HANG)
-    argv = [sys.executable, "-m", "opsynth", "validate", str(tasks), "--device", "cpu", "--workers", "1",
-            "--timeout-s", "600", "--no-compile-check"]  # fmt: skip
-    process = subprocess.Popen(argv, env=environment(tmp_path / "tmp"), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(running_under(tmp_path / "tmp")) < 2:  # a worker's two processes
-        time.sleep(0.2)
-    assert running_under(tmp_path / "tmp"), "no worker started"
+    process = _validating_a_hanging_task(tmp_path, stderr=subprocess.PIPE)
     process.terminate()
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143
     assert stderr.strip().splitlines()[-1] == "opsynth: interrupted; run the same command again to resume"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and running_under(tmp_path / "tmp"):
-        time.sleep(0.2)
-    assert not running_under(tmp_path / "tmp"), "workers outlived the run"
+    assert _workers_gone(tmp_path), "workers outlived the run"
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="the process checks read /proc (Linux)")
 def test_workers_die_with_a_killed_run(tmp_path):
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "hang.py").write_text(fixtures.HANG)
-    argv = [sys.executable, "-m", "opsynth", "validate", str(tasks), "--device", "cpu", "--workers", "1",
-            "--timeout-s", "600", "--no-compile-check"]  # fmt: skip
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    process = subprocess.Popen(argv, env=environment(tmp_path / "tmp"), **quiet)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(running_under(tmp_path / "tmp")) < 2:  # a worker's two processes
-        time.sleep(0.2)
-    workers = running_under(tmp_path / "tmp")
-    assert workers, "no worker started"
+    process = _validating_a_hanging_task(tmp_path)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and running_under(tmp_path / "tmp"):
-        time.sleep(0.2)
-    assert not running_under(tmp_path / "tmp"), "workers outlived the run"
+    assert _workers_gone(tmp_path), "workers outlived the run"
     assert not list((tmp_path / "tmp").glob("opsynth-workers-*")), "the workers' folders outlived the run"
