@@ -42,6 +42,7 @@ def _start_helper() -> None:
 
     die_with_parent()  # a helper never outlives the run
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # its pool stops it so; the driver's handler (forked) is the driver's
 
 
 @contextlib.contextmanager

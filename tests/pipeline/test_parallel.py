@@ -27,6 +27,26 @@ def test_a_machine_gets_helpers_for_half_its_cores_from_four_on():
     assert [helpers_for(n) for n in (1, 2, 3, 4, 16, 64)] == [0, 0, 0, 2, 8, 8]
 
 
+def _sigterm_handler(_) -> str:
+    import signal
+
+    return str(signal.getsignal(signal.SIGTERM))
+
+
+def test_a_helper_keeps_sigterms_default_whatever_the_driver_does_with_it():
+    """The command's SIGTERM handler (an interrupt, see opsynth.commands.cli) is the driver's: a forked helper
+    keeps the default, which is how its pool stops it (inheriting the handler, a helper told to stop raised an
+    interrupt inside the pool's queue, printed its traceback and could leave the queue locked)."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        with parallel.helping(2):
+            assert set(parallel.mapped(_sigterm_handler, list(range(16)))) == {str(signal.SIG_DFL)}
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _stuck(item: int) -> int:
     import os
     import time
