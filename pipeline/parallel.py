@@ -41,8 +41,11 @@ def _start_helper() -> None:
     from opsynth.filters.containment import die_with_parent
 
     die_with_parent()  # a helper never outlives the run
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # its pool stops it so; the driver's handler (forked) is the driver's
+    # A signal to the driver's process group (a terminal's Ctrl-C, `timeout`'s SIGTERM) is the driver's to handle:
+    # a helper killed by one while it held the pool's task queue would leave the pool's stop waiting for ever.
+    os.setpgrp()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # how its pool stops it (the driver's handler was forked with it)
 
 
 @contextlib.contextmanager

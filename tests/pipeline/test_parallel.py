@@ -27,24 +27,29 @@ def test_a_machine_gets_helpers_for_half_its_cores_from_four_on():
     assert [helpers_for(n) for n in (1, 2, 3, 4, 16, 64)] == [0, 0, 0, 2, 8, 8]
 
 
-def _sigterm_handler(_) -> str:
+def _sigterm_handler_and_group(_) -> tuple[str, int]:
+    import os
     import signal
 
-    return str(signal.getsignal(signal.SIGTERM))
+    return str(signal.getsignal(signal.SIGTERM)), os.getpgrp()
 
 
-def test_a_helper_keeps_sigterms_default_whatever_the_driver_does_with_it():
-    """The command's SIGTERM handler (an interrupt, see opsynth.commands.cli) is the driver's: a forked helper
-    keeps the default, which is how its pool stops it (inheriting the handler, a helper told to stop raised an
-    interrupt inside the pool's queue, printed its traceback and could leave the queue locked)."""
+def test_signals_to_the_driver_are_the_drivers_and_its_pool_stops_a_helper_with_sigterm():
+    """A helper is in a process group of its own, so that a signal to the driver's group (Ctrl-C, `timeout`'s
+    SIGTERM) does not kill it while it holds the pool's task queue (the pool's stop then waited for ever); it keeps
+    SIGTERM's default, as its pool stops it so, whatever handler the driver had when it was forked (the command's
+    interrupt: a helper raised it inside the queue and printed its traceback)."""
+    import os
     import signal
 
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
         with parallel.helping(2):
-            assert set(parallel.mapped(_sigterm_handler, list(range(16)))) == {str(signal.SIG_DFL)}
+            seen = set(parallel.mapped(_sigterm_handler_and_group, list(range(16))))
     finally:
         signal.signal(signal.SIGTERM, previous)
+    assert {handler for handler, _ in seen} == {str(signal.SIG_DFL)}
+    assert os.getpgrp() not in {group for _, group in seen}
 
 
 def _stuck(item: int) -> int:
