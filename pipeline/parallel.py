@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +26,10 @@ CHUNK = 4  # items a helper takes at once
 # A batch the helpers have not finished in this long (one item takes well under a second) is done here instead,
 # and the run goes on without helpers: a helper that died or hung would otherwise keep `map` waiting for ever.
 BATCH_TIMEOUT_S = 300.0
+# A pool's stop takes milliseconds, but waits for ever where a helper was killed outright (a scheduler, the kernel's
+# out-of-memory killer) as it held the pool's task queue: it is given this long, then left to end with the driver
+# (whose death the helpers follow).
+STOP_TIMEOUT_S = 10.0
 
 _pool = None
 _state: dict[str, Any] = {}  # what the helpers inherit from the driver (see `helping`)
@@ -63,9 +68,17 @@ def helping(processes: int, **state: Any) -> Iterator[None]:
         yield
     finally:
         _pool = None
-        started.terminate()
-        started.join()
+        if _stopped(started):
+            started.join()
         _state.clear()
+
+
+def _stopped(pool) -> bool:
+    """Stop `pool`'s helpers; whether the stop ended within STOP_TIMEOUT_S."""
+    stopping = threading.Thread(target=pool.terminate, name="opsynth-helpers-stop", daemon=True)
+    stopping.start()
+    stopping.join(STOP_TIMEOUT_S)
+    return not stopping.is_alive()
 
 
 def inherited(key: str) -> Any:
@@ -86,7 +99,7 @@ def mapped(fn: Callable, items: list, timeout_s: float = BATCH_TIMEOUT_S) -> lis
     except multiprocessing.TimeoutError:
         if _pool is pool:
             _pool = None
-            pool.terminate()
+            _stopped(pool)
             print(f"opsynth: the CPU stages' helper processes gave no result in {timeout_s:g} s; going on without "
                   "them", file=sys.stderr)  # fmt: skip
         return [fn(item) for item in items]

@@ -52,6 +52,32 @@ def test_signals_to_the_driver_are_the_drivers_and_its_pool_stops_a_helper_with_
     assert os.getpgrp() not in {group for _, group in seen}
 
 
+def _pid(_) -> int:
+    import os
+
+    return os.getpid()
+
+
+def test_a_helper_killed_outright_does_not_keep_the_run_from_ending(monkeypatch):
+    """The one helper, idle, holds the pool's task queue as it waits on it: killed so (a scheduler, the out-of-memory
+    killer), it left the pool's stop, and the run's end, waiting for ever."""
+    import os
+    import signal
+    import threading
+
+    monkeypatch.setattr(parallel, "STOP_TIMEOUT_S", 1.0)
+    ended = threading.Event()
+
+    def run() -> None:
+        with parallel.helping(1):
+            (helper,) = set(parallel.mapped(_pid, list(range(8))))
+            os.kill(helper, signal.SIGKILL)
+        ended.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert ended.wait(120), "the helpers' stop waited for ever"
+
+
 def _stuck(item: int) -> int:
     import os
     import time
