@@ -45,6 +45,9 @@ def test_signals_to_the_driver_are_the_drivers_and_its_pool_stops_a_helper_with_
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
         with parallel.helping(2):
+            # The helpers are forked with it; a helper the pool forks again as it stops them must not get it (it
+            # could take the pool's SIGTERM before setting its own).
+            signal.signal(signal.SIGTERM, previous)
             seen = set(parallel.mapped(_sigterm_handler_and_group, list(range(16))))
     finally:
         signal.signal(signal.SIGTERM, previous)
