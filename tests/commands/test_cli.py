@@ -293,6 +293,14 @@ def test_a_negative_value_is_judged_as_a_value(tmp_path, capsys):
     assert code == 2 and "--num-samples" in stderr and "expected one argument" not in stderr
 
 
+def _signal_here(signum: int) -> None:
+    """`signum` to this thread (not to whichever thread of the process), its handler run before this returns."""
+    import signal
+
+    signal.raise_signal(signum)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
+
+
 def test_ctrl_c_inside_a_beam_stage_says_how_to_resume_and_prints_no_traceback(monkeypatch, capsys, caplog):
     """Beam logs a KeyboardInterrupt raised in a stage with its traceback and re-raises it as a RuntimeError."""
     import logging
@@ -302,8 +310,7 @@ def test_ctrl_c_inside_a_beam_stage_says_how_to_resume_and_prints_no_traceback(m
 
     def a_stage_interrupted(argv):
         try:
-            signal.raise_signal(signal.SIGINT)  # to this thread, not to whichever thread of the process
-            signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
+            _signal_here(signal.SIGINT)
             raise AssertionError("SIGINT did not interrupt")
         except KeyboardInterrupt as e:
             logging.getLogger("apache_beam.runners.common").error(
@@ -387,8 +394,7 @@ def test_sigterm_stops_a_command_as_ctrl_c_does_unless_the_caller_handles_it(mon
     import opsynth.commands.cli
 
     def terminated(argv):
-        signal.raise_signal(signal.SIGTERM)
-        signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
+        _signal_here(signal.SIGTERM)
         return 0
 
     monkeypatch.setattr(opsynth.commands.cli, "run", terminated)
@@ -417,8 +423,7 @@ def test_an_error_is_the_last_line_and_the_logging_level_is_left_as_it_was(monke
     from opsynth.errors import OpsynthError
 
     def interrupted(argv):
-        signal.raise_signal(signal.SIGINT)
-        signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a bytecode boundary for the handler to run at
+        _signal_here(signal.SIGINT)
         raise AssertionError("SIGINT did not interrupt")
 
     def fail(args):
