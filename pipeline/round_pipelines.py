@@ -114,13 +114,14 @@ def round_inputs(number, plan, tried, seed, work_root, finished, graph_caps, siz
 
 def round_results(
     inputs: RoundInputs, options, execution, work_root, beam_args, pools, log, wanted=None, before_execution=None,
-    also_prepare: RoundInputs | None = None,
+    also_prepare: RoundInputs | None = None, prepared_here: bool = False,
 ) -> tuple[list[Candidate], list[Rejection], bool]:  # fmt: skip
     """A round's accepted candidates and rejections, and whether it had finished before: run (or finished)
     where it had not. A finished round whose records are damaged, or do not account for its candidates (a run
     that failed wrote them), runs again from its CPU stages; the execution's checkpoints spare its GPU work.
     `before_execution()` is called once its CPU stages are done and its execution is to start; `also_prepare`
-    (the next round) is prepared in its execution's pipeline (see `execute_round`)."""
+    (the next round) is prepared in its execution's pipeline (see `execute_round`). `prepared_here`: its CPU
+    stages ran beside the round before in this session (a run that finds them done otherwise says it resumes)."""
     r, round_dir, specs = inputs.number, inputs.round_dir, inputs.specs
 
     def run() -> None:
@@ -132,7 +133,7 @@ def round_results(
     resumed = workfiles.exists(workfiles.join(round_dir, DONE_MARKER))
     if not resumed:
         log(f"round {r}: {len(specs)} candidates ({', '.join(f'{s}: {n}' for s, n in inputs.plan.items())})")
-        if workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
+        if not prepared_here and workfiles.exists(workfiles.join(round_dir, PREPARED_MARKER)):
             log(f"round {r}: its CPU stages were done; resuming at its execution")
         run()
     records = round_records(round_dir, len(specs))

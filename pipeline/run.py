@@ -222,9 +222,12 @@ def _generate(
             r = len(state.rounds)
             t0 = time.monotonic()
             sizing = round_sizing(options, state.timed, log)  # from the rounds finished so far
+            prepared_here = False
             if beside is not None and beside.inputs.number == r:
                 beside.wait(log)  # its CPU stages, if they failed there, run again here
                 inputs = beside.inputs
+                # its CPU stages ran beside the round before in this session, unless that one had finished before
+                prepared_here = not state.rounds[-1]["resumed"]
             else:
                 inputs = round_inputs(
                     r, plan_round(selector.missing(), state.tried, state.last_round), state.tried, options.seed,
@@ -254,7 +257,7 @@ def _generate(
             try:
                 new_accepted, new_rejected, resumed = round_results(
                     inputs, options, execution, work_root, beam_args, pools, log, asked, before_execution=start_beside,
-                    also_prepare=None if beside is None or here else beside.inputs,
+                    also_prepare=None if beside is None or here else beside.inputs, prepared_here=prepared_here,
                 )  # fmt: skip
             finally:
                 lookahead.register(progress_dir(work_root, round_dir), None)

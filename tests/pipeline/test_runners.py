@@ -174,7 +174,9 @@ def test_the_next_rounds_cpu_stages_run_beside_this_ones_execution_and_make_the_
     argv = ["--num-samples", "12", "--mixture", "torch2=100", "--seed", "5", *TINY, "--no-compile-check",
             "--runtime-window-ms", "0,10000"]  # fmt: skip
     assert main(["generate", "--out", str(tmp_path / "beside"), *argv]) == 0
-    assert "round 1: 47 candidates, prepared beside the round before" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "round 1: 47 candidates, prepared beside the round before" in err
+    assert "resuming" not in err  # a round prepared beside in this session is not one resumed
     monkeypatch.setattr(opsynth.pipeline.round_pipelines.Beside, "start", lambda self, prepare, log: None)
     assert main(["generate", "--out", str(tmp_path / "after"), *argv]) == 0
     assert "prepared beside" not in capsys.readouterr().err
