@@ -229,14 +229,14 @@ def _generate(
                 # its CPU stages ran beside the round before in this session, unless that one had finished before
                 prepared_here = not state.rounds[-1]["resumed"]
             else:
+                planned = plan_round(selector.missing(), state.tried, state.history, selector.rows)
                 inputs = round_inputs(
-                    r, plan_round(selector.missing(), state.tried, state.last_round), state.tried, options.seed,
-                    work_root, state.round_dirs, selector.graph_caps(), sizing,
+                    r, planned, state.tried, options.seed, work_root, state.round_dirs, selector.graph_caps(), sizing,
                 )  # fmt: skip
             plan, round_dir = inputs.plan, inputs.round_dir
             # The next round is planned now, from what is known before this one's execution, so that its CPU
             # stages run beside it (and a resumed run plans it the same).
-            ahead = speculative_plan(selector.missing(), plan, state.last_round)
+            ahead = speculative_plan(selector.missing(), plan, state.history, selector.rows)
             beside = None
             if ahead:
                 beside = Beside(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from opsynth.config import EXHAUSTION_YIELD
 from opsynth.pipeline import workfiles
-from opsynth.pipeline.planning import exhausted_sources
+from opsynth.pipeline.planning import SourceRound, exhausted_sources
 from opsynth.pipeline.round_pipelines import RoundInputs
 from opsynth.pipeline.rounds import (
     REJECTED_SPOOL,
@@ -24,6 +24,7 @@ from opsynth.pipeline.rounds import (
 )
 from opsynth.pipeline.selection import Selector, trim
 from opsynth.pipeline.sizing import timed_predictions
+from opsynth.reasons import DUPLICATE
 from opsynth.records import Candidate, Rejection
 
 
@@ -36,7 +37,7 @@ class RunState:
     tried: Counter = field(default_factory=Counter)  # candidates made per data source, over all rounds
     rounds: list[dict] = field(default_factory=list)  # each round's record, for stats.json
     round_dirs: list[str] = field(default_factory=list)
-    last_round: dict[str, tuple[int, int]] = field(default_factory=dict)  # source -> (candidates run, rows gained)
+    history: dict[str, list[SourceRound]] = field(default_factory=dict)  # source -> its finished rounds
     timed: list[float] = field(default_factory=list)  # measured / predicted time of executions at their first sizes
     exhausted: dict[str, dict] = field(default_factory=dict)  # source -> when it was retired, where its rows went
     idle: int = 0  # rounds in a row that added no row
@@ -52,6 +53,7 @@ class RunState:
         self.not_needed += len(aside)
         self.timed += timed_predictions(accepted, rejected)
         self.tried.update(plan)
+        rows_before = Counter(self.selector.rows)
         chosen, skipped = self.selector.admit(accepted)
         leave_for_later_rounds(round_dir, accepted, rejected, chosen)
         rejections = sorted([*rejected, *skipped], key=lambda x: x.candidate.order)
@@ -60,7 +62,9 @@ class RunState:
         self.round_dirs.append(round_dir)
         gained = Counter(c.data_source for c in chosen)
         unused = Counter(c.data_source for c in aside)
-        self.last_round = {s: (n - unused[s], gained[s]) for s, n in plan.items()}
+        repeats = Counter(x.candidate.data_source for x in rejections if x.reason == DUPLICATE)
+        for s, n in plan.items():
+            self.history.setdefault(s, []).append(SourceRound(rows_before[s], n - unused[s], repeats[s], gained[s]))
         self.idle = 0 if chosen else self.idle + 1
         self.accepted_total += len(accepted)
         self.dropped.update((x.stage, x.reason) for x in rejections)
