@@ -6,6 +6,7 @@ timing on the CPU.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -86,17 +87,18 @@ def compiled_for_timing(model, inputs: list, eager_out: list, cfg: ExecutionConf
     ran it once, autotuning included: that is its warm-up, the profiler counting kernel time only (what a first
     run does more is host work)."""
     return _agreeing(model, inputs, eager_out, cfg, device_lock, clock, measurements, shared_mode(device_lock),
-                     "compiled_checks", lambda compiled: None)[0]  # fmt: skip
+                     "compiled_checks")[0]  # fmt: skip
 
 
-def _agreeing(model, inputs, eager_out, cfg, device_lock, clock, measurements, hold, phase, then) -> tuple[Any, Any]:
-    """The compiled model and what `then(compiled)` gave, run holding `hold` and timed as `phase`, with the
-    compiled output's agreement with eager; raises CheckFailed (with what was measured) where it fails to
-    compile or disagrees."""
+def _agreeing(model, inputs, eager_out, cfg, device_lock, clock, measurements, hold, phase,
+              then: Callable | None = None) -> tuple[Any, Any]:  # fmt: skip
+    """The compiled model and what `then(compiled)` gave (None without `then`), run holding `hold` and timed as
+    `phase`, with the compiled output's agreement with eager; raises CheckFailed (with what was measured) where
+    it fails to compile or disagrees."""
     try:
         compiled, compiled_out = compile_model(model, inputs, cfg, device_lock, clock)
         with clock.holding(hold), clock(phase), torch.no_grad():
-            result = then(compiled)
+            result = then(compiled) if then is not None else None
             agree = outputs_close(compiled_out, eager_out, cfg.atol, cfg.rtol)
     except Exception as e:
         raise compile_failure(e, measurements) from None
