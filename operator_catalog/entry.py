@@ -187,15 +187,18 @@ def tensor_factory(factory: str, shape: tuple[int, ...], dtype: str = "float32")
 def within_input_budget(
     shape: list[int] | tuple[int, ...], workload: Workload, fixed: tuple[int, ...] = (1,)
 ) -> tuple[int, ...]:
-    """Halve the largest free dimension until the input holds at most a quarter of the element budget, so that
-    a chain has room to grow. `fixed` dimensions (channels, a model's hidden size) are never changed."""
+    """Halve the largest free dimension until the input holds at most `workload.input_share`'s share of the
+    element budget, so that a chain has room to grow; the batch (the first dimension), where it is the largest,
+    is cut to fit at once, not halved (a batch grown toward the runtime window would fall back by up to half).
+    `fixed` dimensions (channels, a model's hidden size) are never changed."""
     shape = list(shape)
-    while math.prod(shape) > workload.max_elements // 4:
+    budget = workload.max_elements // workload.input_share
+    while math.prod(shape) > budget:
         free = [d for d in range(len(shape)) if d not in fixed and shape[d] > 1]
         if not free:
             break
         i = max(free, key=lambda d: shape[d])
-        shape[i] //= 2
+        shape[i] = max(1, budget // math.prod(shape[1:])) if i == 0 else shape[i] // 2
     return tuple(shape)
 
 

@@ -29,6 +29,8 @@ class Workload:
     runtime_window_ms: tuple[float, float]  # eager time window of the runtime filter
     timeout_s: float  # per-candidate wall-clock limit of the execution worker
     min_largest_dim: int = 0  # calibration never shrinks an input below this largest dimension
+    # An input holds at most max_elements // input_share elements: room for a chain's tensors to grow.
+    input_share: int = 4
     # (dtype, weight) pairs: a task computes in one float dtype, drawn with these weights (only float32: no draw)
     dtypes: tuple[tuple[str, float], ...] = (("float32", 1.0),)
 

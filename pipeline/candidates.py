@@ -3,6 +3,7 @@ functions, no Beam: the pipeline's stages, the plan and the benchmarks make cand
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from opsynth.config import COMPOSE_ATTEMPTS
@@ -48,15 +49,35 @@ def input_elements(candidate: Candidate) -> int:
     return sum(math.prod(s["shape"]) for s in candidate.input_shapes)
 
 
+def input_shares(workload: Workload) -> tuple[int, ...]:
+    """The shares of the element budget a torch chain's input may take when it is rescaled, the largest first:
+    1, 1/2, 1/4 ... to the workload's own (`Workload.input_share`), which leaves its tensors room to grow; the
+    chain's check that no tensor of it exceeds the budget decides which one fits."""
+    own = workload.input_share
+    return (*(1 << k for k in range(own.bit_length()) if 1 << k < own), own)
+
+
 def rescale_candidate(
     candidate: Candidate, factor: float, workload: Workload, op_weights: str = "uniform"
 ) -> Candidate | None:
     """The same candidate with its batch scaled by `factor`, or None where sizes cannot move that way.
-    `op_weights` must be those it was made with, or the seed would compose another task."""
+    `op_weights` must be those it was made with, or the seed would compose another task. A torch chain rescaled
+    may take the whole element budget for its input (a reduction reads its input alone), else half, and so on
+    to the workload's share (`input_shares`); a transformers module, whose inner tensors no budget checks, only
+    the workload's share."""
     spec = CandidateSpec(candidate.data_source, candidate.index, candidate.seed)
-    try:
-        rescaled = make_candidate(spec, workload, candidate.batch_scale * factor, op_weights)
-    except CompositionError:
+    for share in input_shares(workload) if kind(candidate.data_source) != "transformers" else (workload.input_share,):
+        try:
+            sized = dataclasses.replace(workload, input_share=share)
+            rescaled = make_candidate(spec, sized, candidate.batch_scale * factor, op_weights)
+        except CompositionError:
+            continue
+        moved = input_elements(rescaled) - input_elements(candidate)
+        # Not another chain, drawn where this one did not fit; nor one grown where it was to shrink (a batch cut
+        # below the workload's min_largest_dim grows back to it, the spatial extents taking the wider share).
+        if tuple(rescaled.ops) == tuple(candidate.ops) and moved * (factor - 1) >= 0:
+            break
+    else:
         return None
     if rescaled.input_shapes == candidate.input_shapes:
         return None  # the element budget (or rounding) holds the batch where it is

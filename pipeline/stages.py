@@ -36,7 +36,7 @@ from opsynth.filters.workers import Job, WorkerPool
 from opsynth.operator_catalog.compose import CompositionError
 from opsynth.pipeline import display, parallel
 from opsynth.pipeline.candidates import make_candidate, rescale_candidate
-from opsynth.reasons import RUNTIME_ABOVE_WINDOW, SHAPE_ERROR, Verdict
+from opsynth.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW, SHAPE_ERROR, Verdict
 from opsynth.records import Candidate, CandidateSpec, Rejection
 from opsynth.workload import Workload
 
@@ -145,8 +145,8 @@ class ComposeCandidates(beam.PTransform):
 @dataclass(frozen=True)
 class Sizing:
     """How the shape check sizes candidates toward the runtime window before they run: each one's forward cost
-    (filters.cost), at `speed`, predicts its time; one whose batch would have to move more than SIZE_SLACK to
-    reach the calibration aim is made again from its seed with its batch scaled toward it (within the element
+    (filters.cost), at `speed`, predicts its time; one whose batch would have to move more than SIZE_SLACK (up,
+    down) to reach the calibration aim is made again from its seed with its batch scaled toward it (within the element
     budget)."""
 
     speed: DeviceSpeed
@@ -201,13 +201,13 @@ class _ShapeCheckFn(beam.DoFn):
 
     def _sized(self, batch: list[Candidate], verdicts: list[Verdict]) -> tuple[list[Candidate], list[Verdict]]:
         """The batch with each candidate predicted far from the aim replaced by its rescaled self, where that
-        passes the shape check too; every kept candidate's prediction in its measurements, and one still predicted
-        PREDICTED_ABOVE_FACTOR times the window's top rejected as above it."""
+        passes the shape check too; every kept candidate's prediction in its measurements, one still predicted
+        PREDICTED_ABOVE_FACTOR times the window's top rejected as above it, and one launching no kernel as below."""
         batch, verdicts = list(batch), list(verdicts)
         far: dict[int, float] = {}
         for i, verdict in enumerate(verdicts):
             cost = verdict.measurements.get("cost")
-            if verdict.kept and cost and not 1 / SIZE_SLACK <= (factor := self.sizing.factor(cost)) <= SIZE_SLACK:
+            if verdict.kept and cost and not 1 / SIZE_SLACK[1] <= (factor := self.sizing.factor(cost)) <= SIZE_SLACK[0]:
                 far[i] = factor
         # Composed again at their scale, on the helpers where there are: the sizing moves most of a first round's
         # candidates (185 of a 600-row run's 318, 1.2 s of composition on one core of the development machine).
@@ -229,6 +229,9 @@ class _ShapeCheckFn(beam.DoFn):
                 if predicted_ms > too_slow:
                     detail = f"predicted {predicted_ms:.0f} ms at the smallest sizes it could be made, not run"
                     verdicts[i] = Verdict(RUNTIME_ABOVE_WINDOW, detail, measurements)
+                elif not verdict.measurements["cost"]["kernels"]:
+                    detail = "its forward launches no kernel (views of its input only): it cannot reach the window"
+                    verdicts[i] = Verdict(RUNTIME_BELOW_WINDOW, f"{detail}, not run", measurements)
                 else:
                     verdicts[i] = Verdict(verdict.reason, verdict.detail, measurements)
         return batch, verdicts

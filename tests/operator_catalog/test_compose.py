@@ -77,6 +77,31 @@ def test_gpu_workload_inputs_are_large():
     assert task.input_shapes[0].numel >= 1 << 16
 
 
+def test_an_input_over_its_share_of_the_budget_has_its_batch_cut_to_fit_and_its_extents_halved():
+    """The batch, where it is the largest free dimension, is cut to fit at once (halving it left an input grown
+    toward the window at as little as half its share); spatial extents are halved, channels never change."""
+    from opsynth.operator_catalog.entry import within_input_budget
+
+    wl = replace(TINY, max_elements=4 * 1000 * 64)  # an input may hold 64,000 elements
+    assert within_input_budget((3000, 16, 4), wl) == (1000, 16, 4)
+    assert within_input_budget((1001, 64), wl) == (1000, 64)
+    assert within_input_budget((8, 16, 1024), wl) == (8, 16, 256)  # the length halved twice, the batch kept
+    assert within_input_budget((8, 16, 1024), replace(wl, input_share=1)) == (8, 16, 1024)
+    assert within_input_budget((10, 7), wl) == (10, 7)
+
+
+def test_a_batch_grown_to_the_workloads_largest_dimension_is_what_the_batch_scale_scales():
+    """A draw with no dimension of min_largest_dim grows its batch to it; a sizing's scale then moves that
+    batch (it did nothing until the drawn batch times the scale passed min_largest_dim), and never below it."""
+    import random
+
+    from opsynth.operator_catalog.compose import sample_input
+
+    wl = replace(WORKLOADS["gpu"], batch_sizes=(64,), channels=(16,), spatial={5: (32,)}, max_elements=1 << 31)
+    shapes = {scale: sample_input(5, wl, random.Random(0), scale).shape[0] for scale in (1.0, 1.5, 2.5, 0.5)}
+    assert shapes == {1.0: 512, 1.5: 768, 2.5: 1024, 0.5: 512}  # 2.5: cut to the input's share, 1024 x 16 x 32^3
+
+
 def test_ops6k_weights_draw_operators_as_often_as_the_released_set():
     import random
     from collections import Counter

@@ -4,6 +4,7 @@ fingerprint is updated in the same commit; a refactoring leaves it as it is."""
 
 import hashlib
 import json
+import math
 
 from opsynth.config import DATA_SOURCES, WORKLOADS
 from opsynth.operator_catalog.compose import CompositionError
@@ -43,3 +44,37 @@ def test_the_dedup_key_is_the_selections_task_so_a_rescaled_torch_candidate_keep
             if rescaled is not None and source != "transformers":
                 same_task += rescaled.code != original.code and rescaled.dedup_key == original.dedup_key
     assert same_task  # another program, the same key: dropped before execution
+
+
+def test_a_torch_chain_grown_may_take_the_whole_budget_for_its_input_a_transformers_module_its_share():
+    """A chain rescaled up takes the largest share of the element budget (1, 1/2, 1/4) at which none of its
+    tensors exceeds the budget, with its operators unchanged (a reduction on half the budget moves too few bytes
+    to reach 1 ms on one H200); a transformers module, whose inner tensors no budget checks, keeps the
+    workload's share. Shrunk, no chain grows (a batch cut below min_largest_dim grows back to it, and its
+    extents would take the wider share: 4x the input, seen on one H200)."""
+    from dataclasses import replace
+
+    from opsynth.pipeline.candidates import input_elements, input_shares, rescale_candidate
+
+    workload = replace(WORKLOADS["gpu"], max_elements=1 << 31)
+    assert input_shares(workload) == (1, 2, 4) and input_shares(replace(workload, input_share=3)) == (1, 2, 3)
+    share = workload.max_elements // workload.input_share
+    past_share = 0
+    for source in ("torch#1", "torch#2", "transformers"):
+        for index in range(8):
+            try:
+                original = make_candidate(CandidateSpec(source, index, 1000 + index), workload, 1.0, "ops6k")
+            except CompositionError:
+                continue
+            shrunk = rescale_candidate(original, 1e-3, workload, "ops6k")
+            assert shrunk is None or input_elements(shrunk) < input_elements(original)
+            rescaled = rescale_candidate(original, 1e6, workload, "ops6k")
+            if rescaled is None:
+                continue
+            assert rescaled.ops == original.ops
+            assert input_elements(rescaled) <= workload.max_elements * len(rescaled.input_shapes)
+            if source == "transformers":
+                assert all(math.prod(s["shape"]) <= share for s in rescaled.input_shapes)
+            else:
+                past_share += input_elements(rescaled) > share
+    assert past_share >= 4

@@ -245,7 +245,7 @@ def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_t
             assert len(moved) >= 6  # most of the tiny workload is far from this window at this speed
             for index, scale, ms in moved:  # moved toward the aim, never past it by more than the slack
                 assert abs(math.log(ms / aim)) < abs(math.log(before[index] / aim))
-                assert aim / SIZE_SLACK <= ms <= aim * SIZE_SLACK or (scale > 1) == (ms < aim)
+                assert aim / SIZE_SLACK[0] <= ms <= aim * SIZE_SLACK[1] or (scale > 1) == (ms < aim)
 
         assert_that(kept, check)
 
@@ -280,6 +280,46 @@ def test_a_candidate_the_sizing_leaves_far_above_the_window_is_rejected_unrun():
 
         assert_that(dropped, check_dropped, label="dropped")
         assert_that(kept, lambda rows: all(ms <= too_slow for ms in rows), label="kept")
+
+
+VIEW_ONLY = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.t()
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_candidate_whose_forward_launches_no_kernel_is_rejected_unrun_as_below_the_window():
+    """Views of its input alone (a transpose): no size brings its time into the window (measured on one H200:
+    about 2 us), so it is not run; a candidate that computes is kept and sized."""
+    from opsynth.device_speed import DeviceSpeed
+    from opsynth.pipeline.candidates import make_candidate
+    from opsynth.pipeline.stages import Sizing
+
+    workload = WORKLOADS["tiny"]
+    sizing = Sizing(DeviceSpeed(bytes_per_s=1e8, flops_per_s=1e9, kernel_ms=0.001), (1.0, 100.0), workload)
+    view = Candidate("torch#1", 0, 7, ("torch.t",), VIEW_ONLY, ({"shape": [64, 32], "dtype": "float32"},))
+    computing = make_candidate(CandidateSpec("torch#2", 1, candidate_seed(5, "torch#2", 1)), workload)
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False, workers=1)
+    with BeamTestPipeline() as p:
+        out = p | beam.Create([view, computing]) | CheckShapes(cfg, Shared(), sizing=sizing)
+        kept = out[KEPT] | "Kept" >> beam.Map(lambda c: (c.index, c.measurements["predicted_ms"] > 0))
+        dropped = out[REJECTED] | "Dropped" >> beam.Map(lambda r: (r.candidate.index, r.reason, r.stage, r.detail))
+        assert_that(kept, equal_to([(1, True)]), label="kept")
+        assert_that(dropped, equal_to([(0, RUNTIME_BELOW_WINDOW, "shape_check", "its forward launches no kernel "
+                                       "(views of its input only): it cannot reach the window, not run")]),
+                    label="dropped")  # fmt: skip
 
 
 def _predicted(code: str, speed) -> float:
