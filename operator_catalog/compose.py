@@ -84,7 +84,8 @@ def sample_input(
         rest = [rng.choice(workload.channels), *([extent] * (rank - 2))]
     # The gpu workload wants one dimension of at least min_largest_dim (the released set: 99.4 % of tasks): the
     # batch grows to it, and `batch_scale` scales the batch so grown (else a scale short of it would do nothing).
-    batch = max(batch, workload.min_largest_dim) if max(batch, *rest) < workload.min_largest_dim else batch
+    if max(batch, *rest) < workload.min_largest_dim:
+        batch = workload.min_largest_dim
     shape = within_input_budget([max(1, round(batch * batch_scale)), *rest], workload)
     if max(shape) < workload.min_largest_dim:
         # Shrunk below it, or cut to the budget: the batch at min_largest_dim, the spatial extents giving way.

@@ -145,9 +145,8 @@ class ComposeCandidates(beam.PTransform):
 @dataclass(frozen=True)
 class Sizing:
     """How the shape check sizes candidates toward the runtime window before they run: each one's forward cost
-    (filters.cost), at `speed`, predicts its time; one whose batch would have to move more than SIZE_SLACK (up,
-    down) to reach the calibration aim is made again from its seed with its batch scaled toward it (within the element
-    budget)."""
+    (filters.cost), at `speed`, predicts its time; one predicted further below or above the calibration aim than
+    SIZE_SLACK allows is made again from its seed with its batch scaled toward it (within the element budget)."""
 
     speed: DeviceSpeed
     window: tuple[float, float]
