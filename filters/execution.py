@@ -24,7 +24,14 @@ from opsynth.filters.compiled_model import compile_check_cpu, compiled_for_timin
 from opsynth.filters.device_lock import shared_mode, yield_to_timings
 from opsynth.filters.output_checks import DrawOutputs
 from opsynth.filters.task_loading import TaskLoadError, load_task
-from opsynth.filters.timing import PhaseClock, device_ms, profile_forwards, timed_forward, timed_iters
+from opsynth.filters.timing import (
+    PhaseClock,
+    allocation_failures,
+    device_ms,
+    profile_forwards,
+    timed_forward,
+    timed_iters,
+)
 from opsynth.filters.verdicts import CheckFailed, classify_error, is_fatal_cuda_error
 from opsynth.filters.worker_budgets import cache_keep_bytes
 from opsynth.reasons import (
@@ -247,14 +254,32 @@ def _profiled_ms(runs: list[tuple], inputs: list, iters: int, device_lock, clock
         return [device_ms(prof, iters) for prof in profiles]
 
 
+def _counting_failures(timer, failures, measurements: dict[str, Any]):
+    """`timer`, the allocations that failed while it ran added to `measurements`' timing_allocation_failures."""
+
+    def counted(*args) -> list[float]:
+        before = failures()
+        try:
+            return timer(*args)
+        finally:
+            if failed := failures() - before:
+                measurements["timing_allocation_failures"] = measurements.get("timing_allocation_failures", 0) + failed
+
+    return counted
+
+
 def cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock: PhaseClock,
-                  measurements: dict[str, Any], timer=_profiled_ms) -> dict[str, Any]:  # fmt: skip
+                  measurements: dict[str, Any], timer=_profiled_ms,
+                  failures=allocation_failures) -> dict[str, Any]:  # fmt: skip
     """CUDA, once the checks passed: the eager timing decides the window, and a task inside it is compiled,
     checked against eager (sharing the GPU) and timed compiled. A task whose checks' events put it
     COMPILE_FIRST_MARGIN inside the window is compiled first, so that both timings take one hold of the GPU
     (each hold drains the tasks sharing it); any other is compiled only once its eager timing is in. Each
     timing holds the GPU alone for its forwards only (the checks' forwards were the eager warm-up). `timer(runs,
-    inputs, iters, lock, clock)` is the measure of each (fn, phase), in ms."""
+    inputs, iters, lock, clock)` is the measure of each (fn, phase), in ms. Allocations that failed during the
+    timings (`failures()`, counted before and after each) are recorded as `timing_allocation_failures`: a
+    timing that ran a fallback for want of memory, for a run's verdicts to be counted by."""
+    timer = _counting_failures(timer, failures, measurements)
     iters = timed_iters(cfg.iters, measurements["eager_ms"])
     compile_first = cfg.compile_check and measurements["eager_ms"] >= COMPILE_FIRST_MARGIN * cfg.runtime_window_ms[0]
     compiled, failed = None, None

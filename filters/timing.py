@@ -105,6 +105,13 @@ def host_time_ms(fn, inputs: list, warmup: int, iters: int) -> float:
     return statistics.median(samples)
 
 
+def allocation_failures() -> int:
+    """Allocations this process's CUDA caching allocator has failed so far (`num_ooms`; 0 without CUDA). Those
+    cuDNN catches count too: short of memory for a faster algorithm's workspace, a convolution falls back to one
+    with less, maybe slower, and its timing with it."""
+    return int(torch.cuda.memory_stats().get("num_ooms", 0)) if torch.cuda.is_available() else 0
+
+
 def timed_iters(iters: int, estimate_ms: float) -> int:
     """Timed forwards on CUDA: `iters` (the paper's 10) for a task of up to 1 ms, fewer for a heavier one, whose
     mean over forwards of TIMING_SPAN_MS in all (at least MIN_TIMED_ITERS) is as steady; the device time is what

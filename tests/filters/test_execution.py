@@ -481,6 +481,40 @@ def test_generate_keeps_a_task_only_its_margin_inside_the_window(eager_ms, reaso
             assert failed.value.verdict.reason == expected and "15% margin" in failed.value.verdict.detail
 
 
+def test_allocations_failed_during_a_timing_are_recorded_with_its_verdict():
+    """A convolution short of memory for a fast algorithm's workspace falls back to a slower one (the allocator
+    counts the failed allocation): its timing is recorded with the count, for a run's verdicts to be counted by,
+    a kept one's and a rejected one's alike. Run on the CPU with a stand-in timer and counter."""
+    import contextlib
+
+    from opsynth.filters.execution import cuda_timings, execution_config
+    from opsynth.filters.timing import PhaseClock, allocation_failures
+    from opsynth.filters.verdicts import CheckFailed
+
+    failed = [0]
+
+    def timer_failing(n: int, ms: float):
+        def timer(runs, inputs, iters, lock, clock):
+            failed[0] += n
+            return [ms for _ in runs]
+
+        return timer
+
+    cfg = execution_config("cuda", (1.0, 100.0), 10, False, 1)
+
+    def timed(timer):
+        return cuda_timings(None, [], [], cfg, contextlib.nullcontext(), PhaseClock(), {"eager_ms": 5.0}, timer,
+                            lambda: failed[0])  # fmt: skip
+
+    assert "timing_allocation_failures" not in timed(timer_failing(0, 5.0))
+    assert timed(timer_failing(2, 5.0))["timing_allocation_failures"] == 2
+    with pytest.raises(CheckFailed) as below:
+        timed(timer_failing(3, 0.5))
+    assert below.value.verdict.measurements["timing_allocation_failures"] == 3
+    if not torch.cuda.is_available():
+        assert allocation_failures() == 0  # the real counter, without CUDA
+
+
 def test_a_draws_outputs_are_reduced_as_they_come_and_not_kept():
     """The checks hold the first draw's outputs and the current one's, not all five: memory for larger tasks."""
     import weakref
