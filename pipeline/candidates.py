@@ -65,14 +65,14 @@ def rescale_candidate(
     may take the whole element budget for its input (a reduction reads its input alone), else half, and so on
     to the workload's share (`input_shares`); a transformers module, whose inner tensors no budget checks, only
     the workload's share."""
-    spec = CandidateSpec(candidate.data_source, candidate.index, candidate.seed)
+    spec, before = CandidateSpec(candidate.data_source, candidate.index, candidate.seed), input_elements(candidate)
     for share in input_shares(workload) if kind(candidate.data_source) != "transformers" else (workload.input_share,):
         try:
             sized = dataclasses.replace(workload, input_share=share)
             rescaled = make_candidate(spec, sized, candidate.batch_scale * factor, op_weights)
         except CompositionError:
             continue
-        moved = input_elements(rescaled) - input_elements(candidate)
+        moved = input_elements(rescaled) - before
         # Not another chain, drawn where this one did not fit; nor one grown where it was to shrink (a batch cut
         # below the workload's min_largest_dim grows back to it, the spatial extents taking the wider share).
         if tuple(rescaled.ops) == tuple(candidate.ops) and moved * (factor - 1) >= 0:
