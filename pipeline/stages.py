@@ -206,7 +206,9 @@ class _ShapeCheckFn(beam.DoFn):
         far: dict[int, float] = {}
         for i, verdict in enumerate(verdicts):
             cost = verdict.measurements.get("cost")
-            if verdict.kept and cost and not 1 / SIZE_SLACK[1] <= (factor := self.sizing.factor(cost)) <= SIZE_SLACK[0]:
+            if not (verdict.kept and cost and cost["kernels"]):
+                continue  # nothing to size: one launching no kernel is rejected below, as no size helps it
+            if not 1 / SIZE_SLACK[1] <= (factor := self.sizing.factor(cost)) <= SIZE_SLACK[0]:
                 far[i] = factor
         # Composed again at their scale, on the helpers where there are: the sizing moves most of a first round's
         # candidates (185 of a 600-row run's 318, 1.2 s of composition on one core of the development machine).
