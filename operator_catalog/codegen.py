@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from opsynth.operator_catalog.calls import operands_of
 from opsynth.operator_catalog.compose import Composition, GlueNode, OpNode
 from opsynth.operator_catalog.entry import (
     Expr,
@@ -22,7 +23,6 @@ from opsynth.operator_catalog.entry import (
     Submodule,
     TensorSpec,
     X,
-    operands_of,
     tensor_factory,
 )
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from opsynth.operator_catalog.calls import apply_call, build_module, operands_of
 from opsynth.operator_catalog.entry import (
     CAST_METHODS,
     NotApplicable,
@@ -22,9 +23,6 @@ from opsynth.operator_catalog.entry import (
     SampleContext,
     TensorSpec,
     Workload,
-    apply_call,
-    build_module,
-    operands_of,
     within_input_budget,
 )
 from opsynth.operator_catalog.registry import sampleable

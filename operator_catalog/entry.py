@@ -1,7 +1,8 @@
 """The typed catalog entry and the records a sampler returns.
 
 An entry knows which inputs it accepts and samples one concrete use of itself (an `OpCall`); the same `OpCall`
-is what the code renderer emits and what `apply_call` runs on the meta device, so the two cannot drift apart.
+is what the code renderer emits and what `operator_catalog.calls.apply_call` runs on the meta device, so the two
+cannot drift apart.
 """
 
 from __future__ import annotations
@@ -9,15 +10,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-import operator
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from opsynth.workload import TASK_DTYPES, Workload
 
@@ -249,89 +245,6 @@ class OpEntry:
         if call.name != self.name:
             raise ValueError(f"sampler of {self.name} returned a call named {call.name}")
         return call
-
-
-# The names generated code may use, and the objects they stand for when a call is applied directly.
-NAMESPACE: dict[str, Any] = {"torch": torch, "nn": nn, "F": F}
-BINARY_OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add,
-    "-": operator.sub,
-    "*": operator.mul,
-    "/": operator.truediv,
-}
-
-
-def resolve(target: str) -> Any:
-    """`nn.Conv2d` -> the class, `torch.cumsum` -> the function."""
-    head, _, rest = target.partition(".")
-    obj = NAMESPACE[head]
-    for part in rest.split(".") if rest else ():
-        obj = getattr(obj, part)
-    return obj
-
-
-def literal(value: Any) -> Any:
-    if isinstance(value, Hoisted):
-        return value.value
-    if isinstance(value, Submodule):
-        return resolve(value.target)(*(literal(a) for a in value.args))
-    return value
-
-
-def build_module(call: OpCall) -> nn.Module:
-    """Instantiate a `module`-style call (on whatever default device is active)."""
-    cls = resolve(call.target)
-    return cls(*(literal(a) for a in call.init_args), **dict(call.init_kwargs))
-
-
-def apply_call(
-    call: OpCall, x: torch.Tensor, operands: dict[Operand, torch.Tensor], module: nn.Module | None = None
-) -> torch.Tensor:
-    """Run one call on `x`; operand tensors are looked up by their `Operand` record. A `module`-style call runs
-    `module` when given (already built from the call), else builds it."""
-
-    def bind(value: Any) -> Any:
-        if isinstance(value, X):
-            return x
-        if isinstance(value, Operand):
-            return operands[value]
-        if isinstance(value, Expr):
-            return eval(value.render("x"), {**NAMESPACE, "x": x})
-        if isinstance(value, list):
-            return [bind(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(bind(v) for v in value)
-        return value
-
-    args = [bind(a) for a in call.args]
-    kwargs = {k: bind(v) for k, v in call.kwargs}
-    if call.style == "module":
-        out = (module if module is not None else build_module(call))(*args, **kwargs)
-    elif call.style == "function":
-        out = resolve(call.target)(*args, **kwargs)
-    else:
-        out = BINARY_OPERATORS[call.target](*args)
-    if call.output_index is not None:
-        out = out[call.output_index]
-    if call.wrap is not None:
-        out = eval(call.wrap.format(x="x", call="out"), {**NAMESPACE, "x": x, "out": out})
-    return out
-
-
-def operands_of(call: OpCall) -> list[Operand]:
-    """Every `Operand` in a call's arguments, in order of appearance."""
-    found: list[Operand] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, Operand):
-            found.append(value)
-        elif isinstance(value, list | tuple):
-            for v in value:
-                walk(v)
-
-    walk(call.args)
-    walk(tuple(v for _, v in call.kwargs))
-    return found
 
 
 def float32_only(entries: list[OpEntry], names: set[str]) -> list[OpEntry]:

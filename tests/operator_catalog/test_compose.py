@@ -226,8 +226,9 @@ class Model(nn.Module):
 def test_a_recurrence_states_the_output_shape_that_running_it_on_meta_gives(name):
     import random
 
+    from opsynth.operator_catalog.calls import apply_call, build_module
     from opsynth.operator_catalog.compose import sample_input
-    from opsynth.operator_catalog.entry import NotApplicable, SampleContext, apply_call, build_module
+    from opsynth.operator_catalog.entry import NotApplicable, SampleContext
 
     entry = get(name)
     checked, bidirectional = 0, 0
