@@ -5,47 +5,44 @@ returning the constructor arguments and input shapes of one use (a `ModuleUse`).
 
 from __future__ import annotations
 
-import math
-import random
-
 from opsynth.operator_catalog.entry import SampleContext, within_input_budget
+from opsynth.operator_catalog.transformers_inputs import (
+    grid_shape,
+    head_count,
+    image_shape,
+    sequence_shape,
+    small_image_shape,
+    token_shape,
+)
 from opsynth.operator_catalog.transformers_render import ModuleUse
-from opsynth.workload import Workload
-
-
-def _image(rng: random.Random, wl: Workload, channels: int) -> tuple[int, ...]:
-    side = rng.choice(wl.spatial[4])
-    return within_input_budget((rng.choice(wl.batch_sizes), channels, side, side), wl)
-
-
-def _sequence(rng: random.Random, wl: Workload, hidden: int) -> tuple[int, ...]:
-    return within_input_budget((rng.choice(wl.batch_sizes), rng.choice(wl.spatial[3]), hidden), wl, fixed=(2,))
 
 
 def resnet_basic(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
     stride = rng.choice((1, 2))
-    return ModuleUse((str(c_in), str(c_out), str(stride), repr(rng.choice(("relu", "gelu")))), (_image(rng, wl, c_in),))
+    return ModuleUse(
+        (str(c_in), str(c_out), str(stride), repr(rng.choice(("relu", "gelu")))), (image_shape(rng, wl, c_in),)
+    )
 
 
 def resnet_bottleneck(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), 4 * rng.choice(wl.channels)
-    return ModuleUse((str(c_in), str(c_out), str(rng.choice((1, 2)))), (_image(rng, wl, c_in),))
+    return ModuleUse((str(c_in), str(c_out), str(rng.choice((1, 2)))), (image_shape(rng, wl, c_in),))
 
 
 def resnet_shortcut(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
-    return ModuleUse((str(c_in), str(c_out), str(rng.choice((1, 2)))), (_image(rng, wl, c_in),))
+    return ModuleUse((str(c_in), str(c_out), str(rng.choice((1, 2)))), (image_shape(rng, wl, c_in),))
 
 
 def convnext_layer(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     dim = rng.choice(wl.channels)
     config = "transformers.ConvNextConfig(hidden_act='gelu', layer_scale_init_value=1e-06)"
-    return ModuleUse((config, str(dim)), (_image(rng, wl, dim),))
+    return ModuleUse((config, str(dim)), (image_shape(rng, wl, dim),))
 
 
 def poolformer_layer(ctx: SampleContext) -> ModuleUse:
@@ -53,20 +50,20 @@ def poolformer_layer(ctx: SampleContext) -> ModuleUse:
     channels = rng.choice(wl.channels)
     config = "transformers.PoolFormerConfig(hidden_act='gelu', use_layer_scale=True, layer_scale_init_value=1e-05)"
     args = (config, str(channels), "3", str(channels), str(4 * channels), "0.0")
-    return ModuleUse(args, (_image(rng, wl, channels),))
+    return ModuleUse(args, (image_shape(rng, wl, channels),))
 
 
 def glpn_patches(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     c_in, hidden = rng.choice((3, *wl.channels)), rng.choice(wl.channels)
-    return ModuleUse(("7", "4", str(c_in), str(hidden)), (_image(rng, wl, c_in),))
+    return ModuleUse(("7", "4", str(c_in), str(hidden)), (image_shape(rng, wl, c_in),))
 
 
 def mpnet_head(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
     config = f"transformers.MPNetConfig(hidden_size={hidden}, vocab_size={vocab})"
-    return ModuleUse((config,), (_sequence(rng, wl, hidden),))
+    return ModuleUse((config,), (sequence_shape(rng, wl, hidden),))
 
 
 def mobilebert_head(ctx: SampleContext) -> ModuleUse:
@@ -75,90 +72,59 @@ def mobilebert_head(ctx: SampleContext) -> ModuleUse:
     # A smaller embedding than hidden size, as MobileBERT's defaults (128 of 512): the head then also runs its
     # extra projection, which is empty when the two are equal.
     config = f"transformers.MobileBertConfig(hidden_size={hidden}, embedding_size={hidden // 4}, vocab_size={vocab})"
-    return ModuleUse((config,), (_sequence(rng, wl, hidden),))
+    return ModuleUse((config,), (sequence_shape(rng, wl, hidden),))
 
 
 def tdnn_layer(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     config = f"transformers.Wav2Vec2Config(tdnn_dim=({hidden}, {hidden}), tdnn_kernel=(5, 3), tdnn_dilation=(1, 2))"
-    return ModuleUse((config, "1"), (_sequence(rng, wl, hidden),))
-
-
-def _heads(rng: random.Random, hidden: int) -> int:
-    return rng.choice([h for h in (1, 2, 4, 8) if hidden % h == 0 and hidden // h >= 8] or [1])
-
-
-def _attention_tokens(wl: Workload, batch: int) -> int:
-    """The most tokens an attention module may see: its (batch, heads <= 8, tokens, tokens) scores, which its
-    output does not show, stay within the workload's element budget."""
-    return max(4, math.isqrt(wl.max_elements // (8 * batch)))
-
-
-def _tokens(rng: random.Random, wl: Workload, hidden: int, length: int | None = None) -> tuple[int, ...]:
-    """(batch, tokens, hidden) for attention; `length` fixes the token count where the module ties it to its
-    config."""
-    if length is None:
-        batch, tokens, _ = _sequence(rng, wl, hidden)
-        return (batch, min(tokens, _attention_tokens(wl, batch)), hidden)
-    return within_input_budget((rng.choice(wl.batch_sizes), length, hidden), wl, fixed=(1, 2))
-
-
-def _grid(rng: random.Random, wl: Workload, hidden: int) -> tuple[int, ...]:
-    """(batch, height, width, hidden): channels-last patch grids of ViT-style attention over all patches."""
-    batch = rng.choice(wl.batch_sizes)
-    side = min(rng.choice(wl.spatial[4]) // 2, math.isqrt(_attention_tokens(wl, batch)))
-    return within_input_budget((batch, side, side, hidden), wl, fixed=(1, 2, 3))
-
-
-def _small_image(rng: random.Random, wl: Workload, channels: int, divisor: int = 1) -> tuple[int, ...]:
-    side = max(divisor, rng.choice(wl.spatial[4]) // divisor * divisor)
-    return within_input_budget((rng.choice(wl.batch_sizes), channels, side, side), wl, fixed=(1, 2, 3))
+    return ModuleUse((config, "1"), (sequence_shape(rng, wl, hidden),))
 
 
 def hiera_attention(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
-    return ModuleUse((str(hidden), str(hidden), str(_heads(rng, hidden))), (_tokens(rng, wl, hidden),))
+    return ModuleUse((str(hidden), str(hidden), str(head_count(rng, hidden))), (token_shape(rng, wl, hidden),))
 
 
 def hiera_layer(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
-    args = ("transformers.HieraConfig()", str(hidden), str(hidden), str(_heads(rng, hidden)))
-    return ModuleUse(args, (_tokens(rng, wl, hidden),))
+    args = ("transformers.HieraConfig()", str(hidden), str(hidden), str(head_count(rng, hidden)))
+    return ModuleUse(args, (token_shape(rng, wl, hidden),))
 
 
 def hiera_stage(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
-    args = ("transformers.HieraConfig()", "2", str(hidden), str(hidden), str(_heads(rng, hidden)))
+    args = ("transformers.HieraConfig()", "2", str(hidden), str(hidden), str(head_count(rng, hidden)))
     args += ("[0.0, 0.0]", "[1, 1]", "0", "False")
-    return ModuleUse(args, (_tokens(rng, wl, hidden),))
+    return ModuleUse(args, (token_shape(rng, wl, hidden),))
 
 
 def swin_window_attention(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     dim, window = rng.choice(wl.features), rng.choice((4, 7))
-    args = ("transformers.MaskFormerSwinConfig()", str(dim), str(_heads(rng, dim)), str(window))
-    return ModuleUse(args, (_tokens(rng, wl, dim, window * window),))
+    args = ("transformers.MaskFormerSwinConfig()", str(dim), str(head_count(rng, dim)), str(window))
+    return ModuleUse(args, (token_shape(rng, wl, dim, window * window),))
 
 
 def ctrl_attention(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
-    shape = _tokens(rng, wl, hidden)
-    return ModuleUse((f"transformers.CTRLConfig(n_embd={hidden}, n_head={_heads(rng, hidden)})",), (shape,) * 3)
+    shape = token_shape(rng, wl, hidden)
+    return ModuleUse((f"transformers.CTRLConfig(n_embd={hidden}, n_head={head_count(rng, hidden)})",), (shape,) * 3)
 
 
 def seggpt_decoder(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden, decoder = rng.choice(wl.features), rng.choice(wl.channels)
     config = (
-        f"transformers.SegGptConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)}, "
+        f"transformers.SegGptConfig(hidden_size={hidden}, num_attention_heads={head_count(rng, hidden)}, "
         f"intermediate_hidden_state_indices=[5, 11], patch_size=4, decoder_hidden_size={decoder})"
     )
-    return ModuleUse((config,), (_grid(rng, wl, 2 * hidden),))
+    return ModuleUse((config,), (grid_shape(rng, wl, 2 * hidden),))
 
 
 def speecht5_features(ctx: SampleContext) -> ModuleUse:
@@ -175,8 +141,8 @@ def speecht5_features(ctx: SampleContext) -> ModuleUse:
 def vitdet_attention(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
-    config = f"transformers.VitDetConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)})"
-    return ModuleUse((config,), (_grid(rng, wl, hidden),))
+    config = f"transformers.VitDetConfig(hidden_size={hidden}, num_attention_heads={head_count(rng, hidden)})"
+    return ModuleUse((config,), (grid_shape(rng, wl, hidden),))
 
 
 def ast_patches(ctx: SampleContext) -> ModuleUse:
@@ -189,8 +155,8 @@ def ast_patches(ctx: SampleContext) -> ModuleUse:
 def blip_text_attention(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
-    config = f"transformers.BlipTextConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)})"
-    return ModuleUse((config,), (_tokens(rng, wl, hidden),))
+    config = f"transformers.BlipTextConfig(hidden_size={hidden}, num_attention_heads={head_count(rng, hidden)})"
+    return ModuleUse((config,), (token_shape(rng, wl, hidden),))
 
 
 def bridgetower_mlm_head(ctx: SampleContext) -> ModuleUse:
@@ -200,14 +166,14 @@ def bridgetower_mlm_head(ctx: SampleContext) -> ModuleUse:
         f"transformers.BridgeTowerConfig(hidden_size={hidden}, "
         f"text_config={{'hidden_size': {hidden}, 'vocab_size': {vocab}}})"
     )
-    return ModuleUse((config,), (_tokens(rng, wl, hidden),))
+    return ModuleUse((config,), (token_shape(rng, wl, hidden),))
 
 
 def bridgetower_residual(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden = 64 * max(1, rng.choice(wl.features) // 128)  # one head per 64 features
     config = f"transformers.BridgeTowerVisionConfig(hidden_size={hidden})"
-    return ModuleUse((config,), (_tokens(rng, wl, hidden),))
+    return ModuleUse((config,), (token_shape(rng, wl, hidden),))
 
 
 def bros_bbox(ctx: SampleContext) -> ModuleUse:
@@ -222,20 +188,20 @@ def convnext_stage(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
     args = ("transformers.ConvNextConfig()", str(c_in), str(c_out))
-    return ModuleUse(args, (_small_image(rng, wl, c_in, 2),))
+    return ModuleUse(args, (small_image_shape(rng, wl, c_in, 2),))
 
 
 def dpt_fusion_layer(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     channels = rng.choice(wl.channels)
     config = f"transformers.DPTConfig(fusion_hidden_size={channels})"
-    return ModuleUse((config,), (_small_image(rng, wl, channels),) * 2)
+    return ModuleUse((config,), (small_image_shape(rng, wl, channels),) * 2)
 
 
 def pyramid_pooling(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     scale, c_in, c_out = rng.choice((1, 2, 3, 6)), rng.choice(wl.channels), rng.choice(wl.channels)
-    shape = _small_image(rng, wl, c_in)
+    shape = small_image_shape(rng, wl, c_in)
     return ModuleUse((str(scale), str(c_in), str(c_out)), (shape,), extra_args=(repr(tuple(shape[2:])),))
 
 
@@ -253,7 +219,7 @@ def pretraining_heads(config: str):
     def sample(ctx: SampleContext) -> ModuleUse:
         rng, wl = ctx.rng, ctx.workload
         hidden, vocab = rng.choice(wl.features), rng.choice(wl.features)
-        tokens = _tokens(rng, wl, hidden)
+        tokens = token_shape(rng, wl, hidden)
         extra = f", embedding_size={hidden // 4}" if config == "MobileBertConfig" else ""
         text = f"transformers.{config}(hidden_size={hidden}, vocab_size={vocab}{extra})"
         return ModuleUse((text,), (tokens, (tokens[0], hidden)))
@@ -264,13 +230,13 @@ def pretraining_heads(config: str):
 def flava_codebook_group(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     c_in, c_out = rng.choice(wl.channels), rng.choice(wl.channels)
-    return ModuleUse(("2", "2", str(c_in), str(c_out), "True"), (_small_image(rng, wl, c_in, 2),))
+    return ModuleUse(("2", "2", str(c_in), str(c_out), "True"), (small_image_shape(rng, wl, c_in, 2),))
 
 
 def glpn_selective_fusion(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     channels = rng.choice(wl.channels)
-    shape = _small_image(rng, wl, channels)
+    shape = small_image_shape(rng, wl, channels)
     return ModuleUse((str(channels),), (shape, shape))
 
 
@@ -278,17 +244,17 @@ def levit_patches(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.channels) * 8
     config = f"transformers.LevitConfig(hidden_sizes=[{hidden}, {hidden}, {hidden}])"
-    return ModuleUse((config,), (_small_image(rng, wl, 3, 16),))
+    return ModuleUse((config,), (small_image_shape(rng, wl, 3, 16),))
 
 
 def mask2former_predictor(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden, masks = rng.choice(wl.features), rng.choice(wl.channels)
     queries = rng.choice((16, 32, 64))
-    pixels = _small_image(rng, wl, masks, 2)
+    pixels = small_image_shape(rng, wl, masks, 2)
     batch = pixels[0]
     target = (pixels[2] // 2, pixels[3] // 2)
-    args = (str(hidden), str(_heads(rng, hidden)), str(masks))
+    args = (str(hidden), str(head_count(rng, hidden)), str(masks))
     return ModuleUse(args, ((queries, batch, hidden), pixels), extra_args=(repr(target),))
 
 
@@ -311,39 +277,39 @@ def nystromformer_attention(ctx: SampleContext) -> ModuleUse:
     hidden, landmarks = rng.choice(wl.features), rng.choice((8, 16))
     length = landmarks * rng.choice((4, 8))
     config = (
-        f"transformers.NystromformerConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)}, "
+        f"transformers.NystromformerConfig(hidden_size={hidden}, num_attention_heads={head_count(rng, hidden)}, "
         f"num_landmarks={landmarks}, segment_means_seq_len={length})"
     )
-    return ModuleUse((config,), (_tokens(rng, wl, hidden, length),))
+    return ModuleUse((config,), (token_shape(rng, wl, hidden, length),))
 
 
 def oneformer_text_layer(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     width = rng.choice(wl.features)
-    return ModuleUse((str(width), str(_heads(rng, width)), "None"), (_tokens(rng, wl, width),))
+    return ModuleUse((str(width), str(head_count(rng, width)), "None"), (token_shape(rng, wl, width),))
 
 
 def seggpt_attention(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     hidden = rng.choice(wl.features)
     config = (
-        f"transformers.SegGptConfig(hidden_size={hidden}, num_attention_heads={_heads(rng, hidden)}, "
+        f"transformers.SegGptConfig(hidden_size={hidden}, num_attention_heads={head_count(rng, hidden)}, "
         "use_relative_position_embeddings=False)"
     )
-    return ModuleUse((config,), (_grid(rng, wl, hidden),))
+    return ModuleUse((config,), (grid_shape(rng, wl, hidden),))
 
 
 def swin2sr_patches(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     dim = rng.choice(wl.channels) * 2
     config = f"transformers.Swin2SRConfig(embed_dim={dim})"
-    return ModuleUse((config,), (_small_image(rng, wl, dim),))
+    return ModuleUse((config,), (small_image_shape(rng, wl, dim),))
 
 
 def vitmatte_fusion(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     c_feat, c_detail, c_out = rng.choice(wl.channels), rng.choice((3, *wl.channels)), rng.choice(wl.channels)
-    feat = _small_image(rng, wl, c_feat)
+    feat = small_image_shape(rng, wl, c_feat)
     detail = within_input_budget((feat[0], c_detail, 2 * feat[2], 2 * feat[3]), wl, fixed=(0, 1, 2, 3))
     args = ("transformers.VitMatteConfig()", str(c_feat + c_detail), str(c_out))
     return ModuleUse(args, (feat, detail))
@@ -352,7 +318,7 @@ def vitmatte_fusion(ctx: SampleContext) -> ModuleUse:
 def zoedepth_log_binomial(ctx: SampleContext) -> ModuleUse:
     rng, wl = ctx.rng, ctx.workload
     c_main, c_cond = rng.choice(wl.channels), rng.choice(wl.channels)
-    main = _small_image(rng, wl, c_main)
+    main = small_image_shape(rng, wl, c_main)
     # Few bins: with many, the per-bin probabilities of two inputs differ by less than the checker's tolerance.
     args = ("transformers.ZoeDepthConfig()", str(c_main), str(c_cond), str(rng.choice((4, 8))))
     return ModuleUse(args, (main, (main[0], c_cond, *main[2:])))
@@ -386,5 +352,5 @@ def depth_anything_neck(ctx: SampleContext) -> ModuleUse:
         f"transformers.DepthAnythingConfig(fusion_hidden_size={fusion}, neck_hidden_sizes={widths}, "
         f"reassemble_hidden_size={hidden})"
     )
-    shape = _tokens(rng, wl, hidden, patches * patches + 1)
+    shape = token_shape(rng, wl, hidden, patches * patches + 1)
     return ModuleUse((config,), (shape,) * 4, as_list=True, extra_args=(str(patches), str(patches)))
