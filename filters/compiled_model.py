@@ -56,13 +56,54 @@ def compile_failure(error: Exception, measurements: dict[str, Any] | None = None
 
 
 def compile_model(model, inputs: list, cfg: ExecutionConfig, device_lock, clock: PhaseClock) -> tuple[Any, list]:
-    """The compiled model and the flattened output of its first (compiling) call, timed as `compile`."""
+    """The compiled model and the flattened output of its first (compiling) call (see `first_call_holding`)."""
     import torch._dynamo  # here, not above: the driver imports this module and never compiles
 
     torch._dynamo.reset()
-    with clock("compile"), torch.no_grad():
-        compiled = torch.compile(model, backend=locked_backend(cfg.compile_backend, device_lock, clock))
+    compiled = torch.compile(model, backend=locked_backend(cfg.compile_backend, device_lock, clock))
+    with first_call_holding(device_lock, clock), torch.no_grad():
         return compiled, flatten_outputs(compiled(*inputs))
+
+
+@contextlib.contextmanager
+def first_call_holding(lock, clock: PhaseClock):
+    """The compiled model's first call: dynamo's and inductor's compiling of each frame (host work) holds
+    nothing, timed as `compile`; everything else it runs holds `lock`'s shared mode, timed as
+    `compiled_first_run`: the compiled graphs, and what dynamo leaves to run eagerly (a recurrent module it does
+    not trace, the operators around a graph break), which held nothing before and so ran beside other tasks'
+    timings. The lock is taken at the end of the first compiling, before which the call runs nothing, and let go
+    (its device work finished) at the start of any other. Its holds are bound by the task's time limit, not the
+    lock's hold limit (Triton's autotuning in a first run may take seconds)."""
+    from torch._dynamo.callback import callback_handler
+
+    held, compiling = contextlib.ExitStack(), contextlib.ExitStack()
+
+    def let_go() -> None:
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # its kernels done before another task's timing may start
+        held.close()
+
+    def compile_started(*_) -> None:  # newer torch passes what it compiles, older nothing
+        let_go()
+        compiling.close()  # one compiling at a time is timed, were a torch to nest them
+        compiling.enter_context(clock("compile"))
+
+    def compile_ended(*_) -> None:
+        compiling.close()
+        held.close()
+        held.enter_context(clock.holding(shared_mode(lock)))
+
+    unwatched = lock.unwatched_holds() if hasattr(lock, "unwatched_holds") else contextlib.nullcontext()
+    with unwatched, clock("compiled_first_run"):
+        callback_handler.register_start_callback(compile_started)
+        callback_handler.register_end_callback(compile_ended)
+        try:
+            yield
+        finally:
+            callback_handler.start_callbacks.remove(compile_started)
+            callback_handler.end_callbacks.remove(compile_ended)
+            compiling.close()
+            let_go()
 
 
 MISMATCH_DETAIL = "torch.compile output differs from eager beyond tolerance"

@@ -49,7 +49,8 @@ COMPILE_FIRST_MARGIN = 1.25  # CUDA: checks' events this many times the window's
 # Where a worker's time goes, per task: building the model; waiting for the device lock; the first input draw
 # and the first (untimed) forward; the other draws and the rerun; comparing their outputs; the eager timing;
 # starting and stopping the profiler, and reading its events; torch.compile (host work); the compiled model's
-# first run (on CUDA, Triton's autotuning benchmarks); its agreement with eager; its timing.
+# first run (on CUDA, Triton's autotuning benchmarks; and what dynamo leaves to eager); its agreement with eager;
+# its timing.
 PHASES = (
     "load",
     "lock_wait",

@@ -1,5 +1,6 @@
 """The execution checks through the worker pool on CPU: the code path the GPU stage uses."""
 
+import contextlib
 import functools
 
 import pytest
@@ -543,27 +544,28 @@ def test_on_cuda_the_events_decide_a_task_below_the_window_before_the_profiler()
         check_events({"eager_event_ms": events_ms}, window)
 
 
+class SharedLock:
+    """A stand-in for a GPU's DeviceLock: whether this process holds it, and how many times it took it."""
+
+    held = False
+    runs = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        self.held, self.runs = True, self.runs + 1
+        yield
+        self.held = False
+
+    @contextlib.contextmanager
+    def unwatched_holds(self):
+        yield
+
+
 def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
     """Another process's compiled kernels (and Triton's autotuning runs) would slow a task being timed."""
-    import contextlib
-
     from opsynth.filters.compiled_model import locked_backend
 
-    class Lock:
-        held = False
-        runs = 0
-
-        @contextlib.contextmanager
-        def shared(self):
-            self.held, self.runs = True, self.runs + 1
-            yield
-            self.held = False
-
-        @contextlib.contextmanager
-        def unwatched_holds(self):
-            yield
-
-    lock = Lock()
+    lock = SharedLock()
     torch._dynamo.reset()
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
     compiled = torch.compile(model, backend=locked_backend("aot_eager", lock))
@@ -576,6 +578,53 @@ def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
     assert lock.runs == 1
     with torch.no_grad():  # with no lock to hold (the CPU), it just runs
         assert torch.allclose(torch.compile(model, backend=locked_backend("aot_eager", None))(x), model(x))
+
+
+class LeftToEager(torch.nn.Module):
+    """Device work dynamo does not compile: an LSTM (it does not trace recurrent modules, so the whole forward
+    runs eagerly) or an eager function between two compiled graphs (a graph break)."""
+
+    def __init__(self, seen: list, lock: SharedLock, recurrent: bool):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 8, batch_first=True) if recurrent else None
+        if recurrent:
+            self.lstm.register_forward_pre_hook(lambda *_: seen.append(("eager", lock.held)))
+
+        @torch._dynamo.disable
+        def between(x):
+            seen.append(("eager", lock.held))
+            return x.nonzero().float().sum() + x
+
+        self.between = between
+
+    def forward(self, x):
+        x = torch.relu(x)
+        x = self.lstm(x)[0] if self.lstm is not None else self.between(x)
+        return x * 2
+
+
+@pytest.mark.parametrize("recurrent", [True, False], ids=["lstm", "graph-break"])
+def test_what_a_first_call_leaves_to_eager_holds_the_device_lock_and_its_compiling_does_not(recurrent):
+    """Run outside the lock, such device work of the compiling call overlapped other tasks' timings."""
+    from opsynth.filters.compiled_model import compile_model
+    from opsynth.filters.timing import PhaseClock
+
+    seen, lock = [], SharedLock()
+
+    def recording_backend(graph, example_inputs):  # a backend callable where a name would be: lookup_backend takes both
+        seen.append(("compile", lock.held))
+        return graph.forward
+
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 100.0), timeout_s=60, compile_backend=recording_backend)
+    model, x, clock = LeftToEager(seen, lock, recurrent).eval(), torch.randn(2, 5, 8), PhaseClock()
+    with torch.no_grad():
+        expected = model(x)
+        seen.clear()
+        out = compile_model(model, [x], cfg, lock, clock)[1]
+    assert torch.allclose(out[0], expected)
+    assert ("eager", True) in seen and ("eager", False) not in seen
+    assert ("compile", True) not in seen and not lock.held
+    assert lock.runs >= 1 and {"compile", "compiled_first_run"} <= set(clock.seconds)
 
 
 def test_a_cuda_error_in_the_compiled_model_also_retires_the_worker():
