@@ -70,10 +70,10 @@ def first_call_holding(lock, clock: PhaseClock):
     """The compiled model's first call: dynamo's and inductor's compiling of each frame (host work) holds
     nothing, timed as `compile`; everything else it runs holds `lock`'s shared mode, timed as
     `compiled_first_run`: the compiled graphs, and what dynamo leaves to run eagerly (a recurrent module it does
-    not trace, the operators around a graph break), which held nothing before and so ran beside other tasks'
-    timings. The lock is taken at the end of the first compiling, before which the call runs nothing, and let go
-    (its device work finished) at the start of any other. Its holds are bound by the task's time limit, not the
-    lock's hold limit (Triton's autotuning in a first run may take seconds)."""
+    not trace, the operators around a graph break), device work that must not run beside another task's timing.
+    The lock is taken at the end of the first compiling, before which the call runs nothing, and let go (its
+    device work finished) at the start of any other. Its holds are bound by the task's time limit, not the lock's
+    hold limit (Triton's autotuning in a first run may take seconds)."""
     from torch._dynamo.callback import callback_handler
 
     held, compiling = contextlib.ExitStack(), contextlib.ExitStack()
@@ -83,12 +83,16 @@ def first_call_holding(lock, clock: PhaseClock):
             torch.cuda.synchronize()  # its kernels done before another task's timing may start
         held.close()
 
-    def compile_started(*_) -> None:  # newer torch passes what it compiles, older nothing
+    def compile_started(*args) -> None:
+        if not dynamo_compiling(args):
+            return
         let_go()
         compiling.close()  # one compiling at a time is timed, were a torch to nest them
         compiling.enter_context(clock("compile"))
 
-    def compile_ended(*_) -> None:
+    def compile_ended(*args) -> None:
+        if not dynamo_compiling(args):
+            return
         compiling.close()
         held.close()
         held.enter_context(clock.holding(shared_mode(lock)))
@@ -104,6 +108,14 @@ def first_call_holding(lock, clock: PhaseClock):
             callback_handler.end_callbacks.remove(compile_ended)
             compiling.close()
             let_go()
+
+
+def dynamo_compiling(callback_args: tuple) -> bool:
+    """Whether dynamo's compile callbacks were called for dynamo compiling a frame: newer torch says what for
+    (inductor may also call them around device work: CUDA graph recording, autotuning), older torch nothing,
+    calling them for dynamo alone."""
+    trigger = getattr(callback_args[0], "callback_trigger", None) if callback_args else None
+    return trigger is None or trigger.name == "DYNAMO"
 
 
 MISMATCH_DETAIL = "torch.compile output differs from eager beyond tolerance"

@@ -632,6 +632,18 @@ def test_what_a_first_call_leaves_to_eager_holds_the_device_lock_and_its_compili
     assert lock.runs >= 1 and {"compile", "compiled_first_run"} <= set(clock.seconds)
 
 
+def test_only_dynamo_compiling_a_frame_lets_the_first_calls_hold_go():
+    """Inductor may call the same callbacks around device work (CUDA graph recording, autotuning)."""
+    from torch._dynamo.callback import CallbackArgs, CallbackTrigger
+
+    from opsynth.filters.compiled_model import dynamo_compiling
+
+    assert dynamo_compiling((CallbackArgs(CallbackTrigger.DYNAMO, "0/0"),))
+    assert dynamo_compiling(())  # an older torch says nothing, and calls them for dynamo alone
+    assert not dynamo_compiling((CallbackArgs(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0"),))
+    assert not dynamo_compiling((CallbackArgs(CallbackTrigger.TRITON_AUTOTUNING, "0/0"),))
+
+
 def test_a_cuda_error_in_the_compiled_model_also_retires_the_worker():
     from opsynth.filters.verdicts import is_fatal_cuda_error
     from opsynth.reasons import Verdict
