@@ -609,12 +609,16 @@ class LeftToEager(torch.nn.Module):
 
 
 @pytest.mark.parametrize("recurrent", [True, False], ids=["lstm", "graph-break"])
-def test_what_a_first_call_leaves_to_eager_holds_the_device_lock_and_its_compiling_does_not(recurrent):
+@pytest.mark.parametrize("real_lock", [False, True], ids=["stand-in", "device-lock"])
+def test_what_a_first_call_leaves_to_eager_holds_the_device_lock_and_its_compiling_does_not(
+    recurrent, real_lock, tmp_path
+):
     """Run outside the lock, such device work of the compiling call overlapped other tasks' timings."""
     from opsynth.filters.compiled_model import compile_model
+    from opsynth.filters.device_lock import DeviceLock
     from opsynth.filters.timing import PhaseClock
 
-    seen, lock = [], SharedLock()
+    seen, lock = [], DeviceLock(str(tmp_path / "gpu0"), slots=3) if real_lock else SharedLock()
 
     def recording_backend(graph, example_inputs):  # a backend callable where a name would be: lookup_backend takes both
         seen.append(("compile", lock.held))
@@ -629,7 +633,18 @@ def test_what_a_first_call_leaves_to_eager_holds_the_device_lock_and_its_compili
     assert torch.allclose(out[0], expected)
     assert ("eager", True) in seen and ("eager", False) not in seen
     assert ("compile", True) not in seen and not lock.held
-    assert lock.runs >= 1 and {"compile", "compiled_first_run"} <= set(clock.seconds)
+    assert {"compile", "compiled_first_run"} <= set(clock.seconds)
+    if real_lock:  # let go entirely: a timing would take it at once (asked without waiting: held, it raises)
+        import fcntl
+        import os
+
+        fd = os.open(tmp_path / "gpu0", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    else:
+        assert lock.runs >= 1
 
 
 def test_only_dynamo_compiling_a_frame_lets_the_first_calls_hold_go():
