@@ -79,9 +79,11 @@ def first_call_holding(lock, clock: PhaseClock):
     held, compiling = contextlib.ExitStack(), contextlib.ExitStack()
 
     def let_go() -> None:
-        if torch.cuda.is_initialized():
-            torch.cuda.synchronize()  # its kernels done before another task's timing may start
-        held.close()
+        try:
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()  # its kernels done before another task's timing may start
+        finally:
+            held.close()  # let go even where the synchronize raises (a broken context: the worker retires)
 
     def compile_started(*args) -> None:
         if not dynamo_compiling(args):
