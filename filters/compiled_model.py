@@ -1,6 +1,6 @@
-"""The compiled model of the compile check: `torch.compile` with its graphs' runs holding the GPU's lock (shared,
-never while compiling), its first run's autotuning bound (filters.autotuning), its agreement with eager and its
-timing on the CPU.
+"""The compiled model of the compile check: `torch.compile`, its first (compiling) call's device work holding the
+GPU's lock (shared, never while compiling), its first run's autotuning bound (filters.autotuning), its agreement
+with eager and its timing on the CPU.
 """
 
 from __future__ import annotations
@@ -12,42 +12,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from opsynth.filters.comparison import flatten_outputs, outputs_close
-from opsynth.filters.device_lock import shared_mode
+from opsynth.filters.device_lock import shared_mode, unwatched
 from opsynth.filters.timing import PhaseClock, host_time_ms
 from opsynth.filters.verdicts import CheckFailed, classify_error
 from opsynth.reasons import COMPILE_ERROR, COMPILE_MISMATCH, OUT_OF_MEMORY, one_line
 
 if TYPE_CHECKING:
     from opsynth.filters.execution import ExecutionConfig
-
-
-def locked_backend(backend: str, lock, clock: PhaseClock | None = None):
-    """The torch.compile backend `backend`, with each compiled graph run holding `lock`'s shared mode (unless
-    this process holds the lock already), timed as `compiled_first_run` on `clock`. Compiling, host work,
-    overlaps other tasks' timings; running the compiled kernels, the first run's autotuning of Triton's
-    configurations included, does not. That first run may take seconds of benchmarking, so it is bound by the
-    task's time limit, not the lock's hold limit."""
-    from torch._dynamo.backends.registry import lookup_backend
-
-    inner = lookup_backend(backend)
-    clock = clock or PhaseClock()
-
-    def compile_graph(graph, example_inputs):
-        compiled = inner(graph, example_inputs)
-
-        def run(*args):
-            if getattr(lock, "held", True):  # held already, or no lock to hold
-                return compiled(*args)
-            unwatched = lock.unwatched_holds() if hasattr(lock, "unwatched_holds") else contextlib.nullcontext()
-            with unwatched, clock.holding(shared_mode(lock)), clock("compiled_first_run"):
-                out = compiled(*args)
-                if torch.cuda.is_available():
-                    torch.cuda.synchronize()  # its kernels done before the lock is let go
-                return out
-
-        return run
-
-    return compile_graph
 
 
 def compile_failure(error: Exception, measurements: dict[str, Any] | None = None) -> CheckFailed:
@@ -60,7 +31,7 @@ def compile_model(model, inputs: list, cfg: ExecutionConfig, device_lock, clock:
     import torch._dynamo  # here, not above: the driver imports this module and never compiles
 
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend=locked_backend(cfg.compile_backend, device_lock, clock))
+    compiled = torch.compile(model, backend=cfg.compile_backend)
     with first_call_holding(device_lock, clock), torch.no_grad():
         return compiled, flatten_outputs(compiled(*inputs))
 
@@ -99,8 +70,7 @@ def first_call_holding(lock, clock: PhaseClock):
         held.close()
         held.enter_context(clock.holding(shared_mode(lock)))
 
-    unwatched = lock.unwatched_holds() if hasattr(lock, "unwatched_holds") else contextlib.nullcontext()
-    with unwatched, clock("compiled_first_run"):
+    with unwatched(lock), clock("compiled_first_run"):
         callback_handler.register_start_callback(compile_started)
         callback_handler.register_end_callback(compile_ended)
         try:

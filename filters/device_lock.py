@@ -215,6 +215,12 @@ def shared_mode(lock):
     return lock.shared() if hasattr(lock, "shared") else lock
 
 
+def unwatched(lock):
+    """Where `lock` reports its holds (a GPU's DeviceLock): the holds taken meanwhile not reported (see
+    `DeviceLock.unwatched_holds`); any other lock as it is."""
+    return lock.unwatched_holds() if hasattr(lock, "unwatched_holds") else contextlib.nullcontext()
+
+
 def open_watch(path: str) -> memoryview:
     """The watch at `path`: a file of WATCH_FIELDS doubles (zeros if new), mapped shared, so that the lock of a
     worker process writes it and the pool reads it."""

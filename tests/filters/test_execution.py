@@ -348,7 +348,6 @@ def test_a_saturated_output_is_indistinguishable_whatever_the_seed():
 def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
     """Timings taken together share one hold of the lock: a profiler per run, started before the lock is taken
     and stopped after it is let go, the profiler switched inside the hold between the runs."""
-    import contextlib
 
     from torch._C._autograd import _profiler_enabled
     from torch.profiler import ProfilerActivity
@@ -412,7 +411,6 @@ def test_nested_phases_count_once():
 def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(events_ms, eager_ms, source, reason,
                                                                              holds):  # fmt: skip
     """The CUDA order after the checks, run on the CPU with a stand-in timer (one call per hold of the GPU)."""
-    import contextlib
 
     from opsynth.filters.execution import COMPILE_FIRST_MARGIN, cuda_timings
     from opsynth.filters.task_loading import load_task
@@ -462,7 +460,6 @@ def test_on_cuda_the_eager_timing_decides_the_window_before_a_compile_is_told(ev
 def test_generate_keeps_a_task_only_its_margin_inside_the_window(eager_ms, reason):
     """A final timing within the keep margin of an end is outside for generate (it would fall out when measured
     again), inside for validate, which judges by the window itself; the events' prescreen uses the window."""
-    import contextlib
 
     from opsynth.config import KEEP_MARGIN
     from opsynth.filters.execution import cuda_timings, execution_config
@@ -491,8 +488,6 @@ def test_allocations_failed_during_a_timing_are_recorded_with_its_verdict():
     """A convolution short of memory for a fast algorithm's workspace falls back to a slower one (the allocator
     counts the failed allocation): its timing is recorded with the count, for a run's verdicts to be counted by,
     a kept one's and a rejected one's alike. Run on the CPU with a stand-in timer and counter."""
-    import contextlib
-
     from opsynth.filters.execution import cuda_timings, execution_config
     from opsynth.filters.timing import PhaseClock, allocation_failures
     from opsynth.filters.verdicts import CheckFailed
@@ -566,34 +561,16 @@ class SharedLock:
         yield
 
 
-def test_compiled_graphs_run_holding_the_device_lock_and_compile_outside_it():
-    """Another process's compiled kernels (and Triton's autotuning runs) would slow a task being timed."""
-    from opsynth.filters.compiled_model import locked_backend
-
-    lock = SharedLock()
-    torch._dynamo.reset()
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
-    compiled = torch.compile(model, backend=locked_backend("aot_eager", lock))
-    x = torch.randn(4, 8)
-    with torch.no_grad():
-        assert torch.allclose(compiled(x), model(x))
-        assert lock.runs == 1 and not lock.held  # the first run, after compiling, under the lock
-        lock.held = True  # the compiled timing holds it already: no second hold
-        compiled(x)
-    assert lock.runs == 1
-    with torch.no_grad():  # with no lock to hold (the CPU), it just runs
-        assert torch.allclose(torch.compile(model, backend=locked_backend("aot_eager", None))(x), model(x))
-
-
 class LeftToEager(torch.nn.Module):
-    """Device work dynamo does not compile: an LSTM (it does not trace recurrent modules, so the whole forward
-    runs eagerly) or an eager function between two compiled graphs (a graph break)."""
+    """A compiled model's first call: one graph (`plain`), or device work dynamo does not compile besides: an LSTM
+    (it does not trace recurrent modules, so the whole forward runs eagerly) or an eager function between two
+    compiled graphs (a graph break)."""
 
-    def __init__(self, seen: list, lock: SharedLock, recurrent: bool):
+    def __init__(self, seen: list, lock: SharedLock, kind: str):
         super().__init__()
-        self.lstm = torch.nn.LSTM(8, 8, batch_first=True) if recurrent else None
-        if recurrent:
-            self.lstm.register_forward_pre_hook(lambda *_: seen.append(("eager", lock.held)))
+        self.kind = kind
+        self.lstm = torch.nn.LSTM(8, 8, batch_first=True)
+        self.lstm.register_forward_pre_hook(lambda *_: seen.append(("eager", lock.held)))
 
         @torch._dynamo.disable
         def between(x):
@@ -604,34 +581,45 @@ class LeftToEager(torch.nn.Module):
 
     def forward(self, x):
         x = torch.relu(x)
-        x = self.lstm(x)[0] if self.lstm is not None else self.between(x)
+        if self.kind == "lstm":
+            x = self.lstm(x)[0]
+        elif self.kind == "graph-break":
+            x = self.between(x)
         return x * 2
 
 
-@pytest.mark.parametrize("recurrent", [True, False], ids=["lstm", "graph-break"])
+@pytest.mark.parametrize("kind", ["plain", "lstm", "graph-break"])
 @pytest.mark.parametrize("real_lock", [False, True], ids=["stand-in", "device-lock"])
-def test_what_a_first_call_leaves_to_eager_holds_the_device_lock_and_its_compiling_does_not(
-    recurrent, real_lock, tmp_path
+def test_a_first_calls_graphs_and_what_it_leaves_to_eager_hold_the_device_lock_and_its_compiling_does_not(
+    kind, real_lock, tmp_path
 ):
-    """Run outside the lock, such device work of the compiling call overlapped other tasks' timings."""
+    """Another process's kernels (compiled graphs, Triton's autotuning runs, what dynamo leaves to eager) would
+    slow a task being timed; compiling, host work, overlaps timings."""
     from opsynth.filters.compiled_model import compile_model
     from opsynth.filters.device_lock import DeviceLock
     from opsynth.filters.timing import PhaseClock
 
     seen, lock = [], DeviceLock(str(tmp_path / "gpu0"), slots=3) if real_lock else SharedLock()
 
-    def recording_backend(graph, example_inputs):  # a backend callable where a name would be: lookup_backend takes both
+    def recording_backend(graph, example_inputs):  # a backend callable where a name would be: torch.compile takes both
         seen.append(("compile", lock.held))
-        return graph.forward
+
+        def run(*args):
+            seen.append(("graph", lock.held))
+            return graph.forward(*args)
+
+        return run
 
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 100.0), timeout_s=60, compile_backend=recording_backend)
-    model, x, clock = LeftToEager(seen, lock, recurrent).eval(), torch.randn(2, 5, 8), PhaseClock()
+    model, x, clock = LeftToEager(seen, lock, kind).eval(), torch.randn(2, 5, 8), PhaseClock()
     with torch.no_grad():
         expected = model(x)
         seen.clear()
         out = compile_model(model, [x], cfg, lock, clock)[1]
     assert torch.allclose(out[0], expected)
-    assert ("eager", True) in seen and ("eager", False) not in seen
+    assert ("eager", True) in seen or kind == "plain"
+    assert ("graph", True) in seen or kind == "lstm"  # dynamo compiles no graph of a forward with an LSTM
+    assert ("eager", False) not in seen and ("graph", False) not in seen
     assert ("compile", True) not in seen and not lock.held
     assert {"compile", "compiled_first_run"} <= set(clock.seconds)
     if real_lock:  # let go entirely: a timing would take it at once (asked without waiting: held, it raises)
