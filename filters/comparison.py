@@ -1,6 +1,6 @@
 """How two forwards' outputs are compared: every tensor of a result, in order, and the agent's tolerance rule
 (assert_close's, without its message), deciding large tensors that differ on their first elements there; and
-how many of their elements differ, for telling input draws apart."""
+how many of their elements differ, for telling input draws apart, read back from the device in one go."""
 
 from __future__ import annotations
 

@@ -200,7 +200,7 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
             with clock("lock_wait"):
                 yield_to_timings(device_lock, torch.cuda.synchronize)
 
-    # Its reads from the GPU come after all of a check's draws are queued; the hold is let go with none left.
+    # The draws are queued and read back together (see DrawOutputs): the hold is let go once what it queued is done.
     with clock.holding(shared_mode(device_lock)), finishing(torch.cuda.synchronize if cuda else None):
         with clock("load"):
             torch.manual_seed(seed)
