@@ -1,6 +1,6 @@
 """How two forwards' outputs are compared: every tensor of a result, in order, and the agent's tolerance rule
 (assert_close's, without its message), deciding large tensors that differ on their first elements there; and
-how many of their elements differ, for telling input draws apart, read back from the device in one go."""
+how many of their elements differ, for telling input draws apart."""
 
 from __future__ import annotations
 
@@ -61,47 +61,28 @@ def outputs_close(a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rto
     return len(a) == len(b) and all(tensors_close(x, y, atol, rtol) for x, y in zip(a, b, strict=True))
 
 
-def _beyond(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
-    """Elements of a beyond the tolerance of b (unequal, for integers and bools), as a 0-d tensor on a's device."""
+def _beyond(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> int:
+    """Elements of a beyond the tolerance of b (unequal, for integers and bools)."""
     if a.is_floating_point() or a.is_complex():
-        return (~torch.isclose(a, b.to(a.dtype), rtol=rtol, atol=atol)).sum()
-    return (a != b.to(a.dtype)).sum()
+        return int((~torch.isclose(a, b.to(a.dtype), rtol=rtol, atol=atol)).sum())
+    return int((a != b.to(a.dtype)).sum())
 
 
-def differing_counts(
-    a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rtol: float
-) -> list[torch.Tensor | int]:
-    """How many elements of each output of `a` lie beyond the tolerance of `b`'s, none read back from the device
-    (no wait for it): for a tensor of `b`'s shape, a 0-d count on its device, compared COUNT_CHUNK elements at a
-    time (a bounded temporary) and summed there; for one of another shape, all its elements (at least one); for
-    outputs of another number of tensors, every element of `a` (at least one)."""
+def differing_elements(a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rtol: float, enough: int) -> int:
+    """How many elements of the outputs `a` lie beyond the tolerance of `b`'s, counted COUNT_CHUNK at a time
+    and no further than `enough`; a tensor of another shape (or a missing one) counts all its elements."""
     if len(a) != len(b):
-        return [max(1, sum(t.numel() for t in a))]
-    counts: list[torch.Tensor | int] = []
+        return enough
+    found = 0
     for x, y in zip(a, b, strict=True):
+        if found >= enough:
+            break
         if x.shape != y.shape:
-            counts.append(max(1, x.numel()))
+            found += max(1, x.numel())
             continue
         x, y = x.reshape(-1), y.reshape(-1)
-        count = torch.zeros((), dtype=torch.int64, device=x.device)
         for start in range(0, x.numel(), COUNT_CHUNK):
-            count += _beyond(x[start : start + COUNT_CHUNK], y[start : start + COUNT_CHUNK], atol, rtol)
-        counts.append(count)
-    return counts
-
-
-def read_back(values: list[torch.Tensor | int | float]) -> list[list[float]]:
-    """The elements of each of `values` (tensors, on any device, or plain numbers) as floats, read with one wait
-    per device, not one per tensor."""
-    read: list[list[float]] = [[float(v)] if not isinstance(v, torch.Tensor) else [] for v in values]
-    by_device: dict[torch.device, list[int]] = {}
-    for k, v in enumerate(values):
-        if isinstance(v, torch.Tensor):
-            by_device.setdefault(v.device, []).append(k)
-    for ks in by_device.values():
-        flat = torch.cat([values[k].reshape(-1).to(torch.float64) for k in ks]).tolist()
-        at = 0
-        for k in ks:
-            n = values[k].numel()
-            read[k], at = flat[at : at + n], at + n
-    return read
+            found += _beyond(x[start : start + COUNT_CHUNK], y[start : start + COUNT_CHUNK], atol, rtol)
+            if found >= enough:
+                break
+    return min(found, enough)

@@ -210,23 +210,6 @@ def yield_to_timings(lock, finish_device_work) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def finishing(finish_device_work=None):
-    """The enclosed device work finished (`finish_device_work()`, a synchronize; None: nothing to finish) as the
-    block is left, inside any hold around it: work still queued when the hold is let go would run beside the
-    timing that takes the lock next. Where the block raised, it is that error that is told, not one the finish
-    raises too (a broken context)."""
-    try:
-        yield
-    except BaseException:
-        if finish_device_work is not None:
-            with contextlib.suppress(Exception):
-                finish_device_work()
-        raise
-    if finish_device_work is not None:
-        finish_device_work()
-
-
 def shared_mode(lock):
     """The lock's shared mode where it has one (a GPU's DeviceLock), for the checks' device work."""
     return lock.shared() if hasattr(lock, "shared") else lock

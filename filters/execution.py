@@ -21,7 +21,7 @@ import torch
 from opsynth.config import TIMING
 from opsynth.filters.comparison import flatten_outputs, to_device
 from opsynth.filters.compiled_model import compile_check_cpu, compiled_for_timing
-from opsynth.filters.device_lock import finishing, shared_mode, yield_to_timings
+from opsynth.filters.device_lock import shared_mode, yield_to_timings
 from opsynth.filters.output_checks import DrawOutputs
 from opsynth.filters.task_loading import TaskLoadError, load_task
 from opsynth.filters.timing import (
@@ -200,8 +200,7 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
             with clock("lock_wait"):
                 yield_to_timings(device_lock, torch.cuda.synchronize)
 
-    # The draws are queued and read back together (see DrawOutputs): the hold is let go once what it queued is done.
-    with clock.holding(shared_mode(device_lock)), finishing(torch.cuda.synchronize if cuda else None):
+    with clock.holding(shared_mode(device_lock)):
         with clock("load"):
             torch.manual_seed(seed)
             with torch.device(device):
@@ -217,22 +216,20 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
             with clock("output_checks"):
                 judged = DrawOutputs(first, cfg)
             with clock("eager_checks"):
-                # Each forward's time is read once all are queued (the first draw's at once, for the early
-                # decision): on a GPU, each read is a wait for it, and for this task's turn where others share it.
-                timers = []
+                samples = []
                 for i in range(1, cfg.num_draws):
                     pause()
-                    out, elapsed = timed_forward(model, draw_inputs(task, seed, i, device), cuda)
-                    timers.append(elapsed)
-                    if i == 1 and not _near_window(ms := elapsed(), cfg.runtime_window_ms):
+                    out, ms = timed_forward(model, draw_inputs(task, seed, i, device), cuda)
+                    samples.append(ms)
+                    if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
                         measurements["eager_ms"] = ms
                         _check_window(measurements, cfg.runtime_window_ms)
                     with clock("output_checks"):
                         judged.add(flatten_outputs(out))
                     del out
                 pause()
-                rerun, elapsed = timed_forward(model, inputs, cuda)
-                samples = [timer() for timer in [*timers, elapsed]]
+                rerun, ms = timed_forward(model, inputs, cuda)
+                samples.append(ms)
             with clock("output_checks"):
                 judged.decide(flatten_outputs(rerun))
             eager_out = first

@@ -272,32 +272,3 @@ def test_only_a_shared_device_lock_steps_aside(tmp_path):
     with lock:  # held alone (a timing): nothing to step aside for
         assert not yield_to_timings(lock, lambda: never.append(1))
     assert not never
-
-
-def test_a_hold_is_let_go_with_its_device_work_finished_whatever_ends_the_block():
-    """The checks queue their draws and read them back together: the device work is finished as the block is
-    left, a raise included, before the hold around it is let go; a finish that fails after the block raised
-    does not hide the block's error."""
-    import pytest
-
-    from opsynth.filters.device_lock import finishing
-
-    finished = []
-
-    with finishing(lambda: finished.append("done")):
-        pass
-    assert finished == ["done"]
-
-    with pytest.raises(KeyError), finishing(lambda: finished.append("after a raise")):
-        raise KeyError("the check's error")
-    assert finished == ["done", "after a raise"]
-
-    def broken():
-        raise RuntimeError("CUDA error: an illegal memory access was encountered")
-
-    with pytest.raises(KeyError), finishing(broken):
-        raise KeyError("the check's error")
-    with pytest.raises(RuntimeError), finishing(broken):
-        pass  # with nothing raised, the finish's own error is told
-    with finishing(None):
-        pass
