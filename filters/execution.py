@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from opsynth.config import TIMING
+from opsynth.config import DISTINGUISHING_FRACTION, NUM_DRAWS, TIMING, VERIFY_ATOL, VERIFY_RTOL
 from opsynth.filters.comparison import flatten_outputs, to_device
 from opsynth.filters.compiled_model import compile_check_cpu, compiled_for_timing
 from opsynth.filters.device_lock import shared_mode, yield_to_timings
@@ -76,15 +76,17 @@ class ExecutionConfig:
     timeout_s: float  # time limit per task, enforced by the pool: CPU time per intra-op thread (worker_budgets.overdue)
     compile_check: bool = True  # also run under torch.compile and compare with eager
     compile_backend: str = "inductor"  # torch.compile backend of the compile check
-    num_draws: int = 5  # fresh get_inputs() draws compared for distinguishability
-    atol: float = 1e-2  # verification tolerance of the agent's checker
-    rtol: float = 1e-2
+    num_draws: int = NUM_DRAWS  # fresh get_inputs() draws compared for distinguishability
+    atol: float = VERIFY_ATOL  # verification tolerance of the agent's checker
+    rtol: float = VERIFY_RTOL
     warmup: int = 5  # CPU: warm-up forwards of the compiled model's timing (CUDA: the checks' forwards warm up)
     iters: int = 10  # CUDA: the profiler's timed forwards; CPU: those of the compiled model's timing
     memory_fraction: float = 0.9  # share of the GPU's memory all workers of one GPU may use together
     shared_checks: bool = True  # CUDA: the checks of a few tasks may share a GPU (timings never do)
     workers: int = 1  # worker processes in the pool
     keep_margin: float = 0.0  # the final timing (profiler; CPU: median) must be this far inside the window
+    distinguishing_fraction: float = DISTINGUISHING_FRACTION  # of their elements two draws' outputs must differ in
+    agreement_share: float = 1.0  # of the tolerance within which the compiled output must agree with eager
 
 
 def execution_config(
@@ -95,13 +97,18 @@ def execution_config(
     workers: int,
     shared_checks: bool = True,
     keep_margin: float = 0.0,
+    distinguishing_fraction: float = DISTINGUISHING_FRACTION,
+    agreement_share: float = 1.0,
 ) -> ExecutionConfig:
-    """The execution settings, with the device's warm-up and timed iterations (`generate`, `validate`, `bench`)."""
+    """The execution settings, with the device's warm-up and timed iterations (`generate`, `validate`, `bench`);
+    `generate` asks its margins of the timing and the checks (opsynth.config's KEEP_*)."""
     warmup, iters = TIMING[device]
     return ExecutionConfig(
         device=device,
         runtime_window_ms=runtime_window_ms,
         keep_margin=keep_margin,
+        distinguishing_fraction=distinguishing_fraction,
+        agreement_share=agreement_share,
         timeout_s=timeout_s,
         compile_check=compile_check,
         warmup=warmup,

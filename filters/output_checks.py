@@ -16,9 +16,6 @@ from opsynth.reasons import INDISTINGUISHABLE_OUTPUTS, NOT_DETERMINISTIC, NOT_FI
 if TYPE_CHECKING:
     from opsynth.filters.execution import ExecutionConfig
 
-# Two input draws tell a task's outputs apart when this share of their elements differ beyond tolerance.
-DISTINGUISHING_FRACTION = 1e-3
-
 
 class DrawOutputs:
     """The draws' outputs, judged as they come: the first draw's kept (the rerun and the compiled model are
@@ -51,10 +48,9 @@ class DrawOutputs:
         self._reduce(out)
 
     def apart(self, out: list[torch.Tensor], other: list[torch.Tensor]) -> bool:
-        """Whether two draws' outputs differ beyond tolerance in DISTINGUISHING_FRACTION of their elements (at
-        least one). A task whose outputs are one value but for a few extremes (a saturated tanh) would be
-        told apart by those extremes alone, and so by one seed and not another."""
-        enough = max(1, math.ceil(DISTINGUISHING_FRACTION * sum(t.numel() for t in out)))
+        """Whether two draws' outputs differ beyond tolerance in the configured fraction of their elements (at
+        least one; opsynth.config's DISTINGUISHING_FRACTION)."""
+        enough = max(1, math.ceil(self.cfg.distinguishing_fraction * sum(t.numel() for t in out)))
         return differing_elements(out, other, self.cfg.atol, self.cfg.rtol, enough) >= enough
 
     def decide(self, rerun: list[torch.Tensor]) -> None:
@@ -69,7 +65,7 @@ class DrawOutputs:
             raise CheckFailed(
                 INDISTINGUISHABLE_OUTPUTS,
                 f"outputs of input draws 0 and {self.agreeing[0]} differ beyond tolerance in under "
-                f"{DISTINGUISHING_FRACTION:.1%} of their elements",
+                f"{cfg.distinguishing_fraction:.1%} of their elements",
             )
         if self.ranges:
             if all(max(-lo, hi) <= cfg.atol for _, lo, hi, _ in self.ranges):

@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 
+from opsynth.config import NUM_DRAWS, VERIFY_ATOL, VERIFY_RTOL
 from opsynth.filters.comparison import flatten_outputs, to_device
 from opsynth.filters.execution import draw_inputs
 from opsynth.filters.task_loading import load_task
 from opsynth.filters.timing import PhaseClock, device_ms, host_time_ms, profile_forwards
 
-NUM_DRAWS = 5  # fresh input draws the solution's outputs must match
-ATOL = RTOL = 1e-2  # the paper's tolerance
+ATOL, RTOL = VERIFY_ATOL, VERIFY_RTOL  # the paper's tolerance
 WARMUP, ITERS = 5, 10  # forwards before the timed ones, and the timed ones
 FASTER = 1.05  # "more than 5 % faster": a baseline's time over the solution's above this
 EXTENSION_NAME = "cuda_extension"  # what a solution imports its compiled sources as

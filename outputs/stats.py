@@ -11,7 +11,13 @@ import platform
 import statistics
 from collections import Counter
 
-from opsynth.config import KEEP_MARGIN, OPS6K_MIXTURE, WORKER_PREFIX
+from opsynth.config import (
+    KEEP_AGREEMENT_SHARE,
+    KEEP_DISTINGUISHING_FRACTION,
+    KEEP_MARGIN,
+    OPS6K_MIXTURE,
+    WORKER_PREFIX,
+)
 from opsynth.filters.execution import PHASES
 from opsynth.filters.gpu_busy import SAMPLE_PERIOD_S
 from opsynth.options import GenerateOptions
@@ -118,7 +124,13 @@ def build_stats(
     rows = sum(rows_per_source.values())
     executions = sum(r.get("executions", 0) for r in rounds)
     return {
-        "config": {"out": options.out, **options.fingerprint(), "keep_margin": KEEP_MARGIN},
+        "config": {
+            "out": options.out,
+            **options.fingerprint(),
+            "keep_margin": KEEP_MARGIN,
+            "distinguishing_fraction": KEEP_DISTINGUISHING_FRACTION,
+            "agreement_share": KEEP_AGREEMENT_SHARE,
+        },
         "versions": _versions(generator_version),
         "device": device,
         "counts": {

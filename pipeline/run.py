@@ -25,7 +25,7 @@ from pathlib import Path
 
 from apache_beam.utils.shared import Shared
 
-from opsynth.config import KEEP_MARGIN, MAX_IDLE_ROUNDS
+from opsynth.config import KEEP_AGREEMENT_SHARE, KEEP_DISTINGUISHING_FRACTION, KEEP_MARGIN, MAX_IDLE_ROUNDS
 from opsynth.data_sources import TRANSFORMERS, kind
 from opsynth.errors import OpsynthError, UsageError
 from opsynth.filters.execution import ExecutionConfig, execution_config
@@ -92,7 +92,9 @@ def generate(
             options.compile_check,
             options.workers,
             options.shared_checks,
-            KEEP_MARGIN,
+            keep_margin=KEEP_MARGIN,
+            distinguishing_fraction=KEEP_DISTINGUISHING_FRACTION,
+            agreement_share=KEEP_AGREEMENT_SHARE,
         )
         here = runs_in_this_process(beam_args)
         # The workers start first: they import torch and set up their device while this process warms up and

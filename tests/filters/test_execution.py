@@ -1,6 +1,7 @@
 """The execution checks through the worker pool on CPU: the code path the GPU stage uses."""
 
 import contextlib
+import dataclasses
 import functools
 
 import pytest
@@ -120,6 +121,31 @@ def test_compile_check_logic(source, backend, expected):
     assert verdict.measurements["eager_ms"] > 0  # a compile failure keeps what was measured before it
     if expected == KEEP:
         assert verdict.measurements["compile_ms"] > 0
+
+
+@pytest.mark.parametrize(
+    ("source", "reason", "detail"),
+    [
+        (fixtures.COMPILE_NEAR_TOLERANCE, COMPILE_MISMATCH, "within 50% of it"),
+        (fixtures.BARELY_DISTINGUISHABLE, INDISTINGUISHABLE_OUTPUTS, "under 1.0% of their elements"),
+    ],
+)
+def test_generate_keeps_a_task_only_where_its_checks_pass_with_room_to_spare(source, reason, detail):
+    """A compiled output within the tolerance but not within half of it, draws told apart in 0.8 % of their
+    elements: validate keeps such a task (the checker's thresholds), generate does not (its row is checked again
+    with other draws and a fresh compile)."""
+    from opsynth.config import KEEP_AGREEMENT_SHARE, KEEP_DISTINGUISHING_FRACTION
+    from opsynth.filters.execution import execution_config
+
+    validate = execution_config("cpu", (0.0, 100.0), 60, True, 1)
+    generate = execution_config("cpu", (0.0, 100.0), 60, True, 1, distinguishing_fraction=KEEP_DISTINGUISHING_FRACTION,
+                                agreement_share=KEEP_AGREEMENT_SHARE)  # fmt: skip
+    assert (KEEP_DISTINGUISHING_FRACTION, KEEP_AGREEMENT_SHARE) == (1e-2, 0.5)  # the fixtures sit between
+    for seed in (3, 4):
+        kept = run_checks(source, seed, dataclasses.replace(validate, compile_backend="aot_eager"))
+        assert kept.reason == KEEP, kept
+        failed = run_checks(source, seed, dataclasses.replace(generate, compile_backend="aot_eager"))
+        assert (failed.reason, detail in failed.detail) == (reason, True), failed
 
 
 def test_inductor_compile_check_in_a_worker():
