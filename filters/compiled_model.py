@@ -120,15 +120,15 @@ def _agreeing(model, inputs, eager_out, cfg, device_lock, clock, measurements, h
     """The compiled model and what `then(compiled)` gave (None without `then`), run holding `hold` and timed as
     `phase`, with the compiled output's agreement with eager; raises CheckFailed (with what was measured) where
     it fails to compile or disagrees."""
-    share = cfg.agreement_share
+    margin = cfg.tolerance_margin
     try:
         compiled, compiled_out = compile_model(model, inputs, cfg, device_lock, clock)
         with clock.holding(hold), clock(phase), torch.no_grad():
             result = then(compiled) if then is not None else None
-            agree = outputs_close(compiled_out, eager_out, share * cfg.atol, share * cfg.rtol)
+            agree = outputs_close(compiled_out, eager_out, cfg.atol / margin, cfg.rtol / margin)
     except Exception as e:
         raise compile_failure(e, measurements) from None
     if not agree:
-        within = "" if share == 1 else f" (asked to agree within {share:.0%} of it)"
+        within = "" if margin == 1 else f" / {margin:g}"
         raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL + within, measurements)
     return compiled, result

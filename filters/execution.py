@@ -86,7 +86,9 @@ class ExecutionConfig:
     workers: int = 1  # worker processes in the pool
     keep_margin: float = 0.0  # the final timing (profiler; CPU: median) must be this far inside the window
     distinguishing_fraction: float = DISTINGUISHING_FRACTION  # of their elements two draws' outputs must differ in
-    agreement_share: float = 1.0  # of the tolerance within which the compiled output must agree with eager
+    # Outputs told apart beyond the tolerance times this, rerun and compiled outputs agreeing within it over this.
+    tolerance_margin: float = 1.0
+    every_pair: bool = False  # small outputs: every two draws told apart, not each draw from the first alone
 
 
 def execution_config(
@@ -98,7 +100,8 @@ def execution_config(
     shared_checks: bool = True,
     keep_margin: float = 0.0,
     distinguishing_fraction: float = DISTINGUISHING_FRACTION,
-    agreement_share: float = 1.0,
+    tolerance_margin: float = 1.0,
+    every_pair: bool = False,
 ) -> ExecutionConfig:
     """The execution settings, with the device's warm-up and timed iterations (`generate`, `validate`, `bench`);
     `generate` asks its margins of the timing and the checks (opsynth.config's KEEP_*)."""
@@ -108,7 +111,8 @@ def execution_config(
         runtime_window_ms=runtime_window_ms,
         keep_margin=keep_margin,
         distinguishing_fraction=distinguishing_fraction,
-        agreement_share=agreement_share,
+        tolerance_margin=tolerance_margin,
+        every_pair=every_pair,
         timeout_s=timeout_s,
         compile_check=compile_check,
         warmup=warmup,

@@ -16,20 +16,30 @@ from opsynth.reasons import INDISTINGUISHABLE_OUTPUTS, NOT_DETERMINISTIC, NOT_FI
 if TYPE_CHECKING:
     from opsynth.filters.execution import ExecutionConfig
 
+# Outputs of at most this many elements (in all) are kept for every pair of draws to be compared (see DrawOutputs):
+# the verdicts of tiny tasks that turned on the draws were all of outputs of at most 64 elements.
+EVERY_PAIR_ELEMENTS = 1 << 16
+
 
 class DrawOutputs:
     """The draws' outputs, judged as they come: the first draw's kept (the rerun and the compiled model are
     compared with it), every other one reduced at once to whether it agrees with the first and each floating
     output's size, min, max and mean (one fused reduction and a mean, no full-size temporaries). So a task's
-    checks hold two draws' outputs at a time, not all of them; `decide` gives the first reason it fails."""
+    checks hold two draws' outputs at a time, not all of them; `decide` gives the first reason it fails.
+
+    With `cfg.every_pair`, small outputs (at most EVERY_PAIR_ELEMENTS elements in all) are kept, and every two
+    draws must be told apart: whether two draws of a small output agree is a matter of chance, which draws other
+    than the checker's may not repeat (a distance between two vectors, a loss per sample of a small batch)."""
 
     def __init__(self, first: list[torch.Tensor], cfg: ExecutionConfig):
         self.first = first
         self.cfg = cfg
         self.ranges: list[tuple[int, float, float, float]] = []  # (numel, min, max, mean); min/max NaN where any is
         self.complex_finite = True
-        self.agreeing: list[int] = []  # draws whose outputs agree with the first's within tolerance
+        self.agreeing: list[tuple[int, int]] = []  # pairs of draws whose outputs are not told apart
         self.draws = 0
+        small = cfg.every_pair and sum(t.numel() for t in first) <= EVERY_PAIR_ELEMENTS
+        self.kept: list[list[torch.Tensor]] | None = [first] if small else None  # every draw, where small
         self._reduce(first)
 
     def _reduce(self, out: list[torch.Tensor]) -> None:
@@ -43,15 +53,19 @@ class DrawOutputs:
                 self.complex_finite = False
 
     def add(self, out: list[torch.Tensor]) -> None:
-        if not self.apart(out, self.first):
-            self.agreeing.append(self.draws)
+        earlier = self.kept if self.kept is not None else [self.first]
+        self.agreeing += [(i, self.draws) for i, other in enumerate(earlier) if not self.apart(out, other)]
+        if self.kept is not None:
+            self.kept.append(out)
         self._reduce(out)
 
     def apart(self, out: list[torch.Tensor], other: list[torch.Tensor]) -> bool:
-        """Whether two draws' outputs differ beyond tolerance in the configured fraction of their elements (at
-        least one; opsynth.config's DISTINGUISHING_FRACTION)."""
-        enough = max(1, math.ceil(self.cfg.distinguishing_fraction * sum(t.numel() for t in out)))
-        return differing_elements(out, other, self.cfg.atol, self.cfg.rtol, enough) >= enough
+        """Whether two draws' outputs differ beyond the tolerance (times `cfg.tolerance_margin`) in the configured
+        fraction of their elements (at least one; opsynth.config's DISTINGUISHING_FRACTION)."""
+        cfg = self.cfg
+        enough = max(1, math.ceil(cfg.distinguishing_fraction * sum(t.numel() for t in out)))
+        margin = cfg.tolerance_margin
+        return differing_elements(out, other, cfg.atol * margin, cfg.rtol * margin, enough) >= enough
 
     def decide(self, rerun: list[torch.Tensor]) -> None:
         cfg = self.cfg
@@ -59,12 +73,15 @@ class DrawOutputs:
             raise CheckFailed(RUNTIME_ERROR, "forward returns no tensor")
         if not (self.complex_finite and all(math.isfinite(lo) and math.isfinite(hi) for _, lo, hi, _ in self.ranges)):
             raise CheckFailed(NOT_FINITE, "an output holds NaN or infinity")
-        if not outputs_close(rerun, self.first, cfg.atol, cfg.rtol):
-            raise CheckFailed(NOT_DETERMINISTIC, "the same input gave different outputs")
+        margin = cfg.tolerance_margin
+        if not outputs_close(rerun, self.first, cfg.atol / margin, cfg.rtol / margin):
+            within = "" if margin == 1 else f" (beyond tolerance / {margin:g})"
+            raise CheckFailed(NOT_DETERMINISTIC, f"the same input gave different outputs{within}")
         if self.agreeing:
+            (i, j), beyond = self.agreeing[0], "tolerance" if margin == 1 else f"{margin:g} times the tolerance"
             raise CheckFailed(
                 INDISTINGUISHABLE_OUTPUTS,
-                f"outputs of input draws 0 and {self.agreeing[0]} differ beyond tolerance in under "
+                f"outputs of input draws {i} and {j} differ beyond {beyond} in under "
                 f"{cfg.distinguishing_fraction:.1%} of their elements",
             )
         if self.ranges:

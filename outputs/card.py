@@ -182,8 +182,8 @@ def render_card(stats: dict, splits: dict[str, dict], dataset: str | None = None
             ("dtypes", _dtypes(cfg.get("dtypes"))),
             ("device", stats["device"]),
             ("eager runtime window", f"[{window[0]}, {window[1]}] ms{_kept_inside(cfg.get('keep_margin'))}"),
-            ("input draws told apart", _told_apart(cfg.get("distinguishing_fraction"))),
-            ("torch.compile check", _compile_check(cfg["compile_check"], cfg.get("agreement_share"))),
+            ("input draws told apart", _told_apart(cfg.get("distinguishing_fraction"), cfg.get("tolerance_margin"))),
+            ("torch.compile check", _compile_check(cfg["compile_check"], cfg.get("tolerance_margin"))),
             ("KernelBench reference", cfg["kernelbench"]),
             ("KernelBench AST similarity threshold", cfg["similarity_threshold"]),
             ("MinHash Jaccard threshold", cfg["jaccard_threshold"]),
@@ -272,12 +272,17 @@ def _kept_inside(margin: float | None) -> str:
     return f", rows kept {margin:.0%} inside it" if margin else ""
 
 
-def _told_apart(fraction: float | None) -> str:
-    """The share of output elements any two of a row's input draws differ in beyond the tolerance."""
-    return f"differing in at least {fraction:.0%} of output elements" if fraction else "differing"
+def _told_apart(fraction: float | None, margin: float | None) -> str:
+    """How a row's input draws differ: in what share of their output elements, beyond what tolerance."""
+    if not fraction:
+        return "differing"
+    if not margin:
+        return f"differing in at least {fraction:.0%} of output elements, beyond the tolerance"
+    return (f"differing in at least {fraction:.0%} of output elements, beyond {margin:g} times the tolerance; every "
+            "two draws where the outputs are small")  # fmt: skip
 
 
-def _compile_check(on: bool, share: float | None) -> str:
+def _compile_check(on: bool, margin: float | None) -> str:
     if not on:
         return "off"
-    return f"on, agreeing with eager within {share:.0%} of the tolerance" if share else "on"
+    return f"on, agreeing with eager within the tolerance / {margin:g}" if margin else "on"

@@ -12,9 +12,9 @@ import statistics
 from collections import Counter
 
 from opsynth.config import (
-    KEEP_AGREEMENT_SHARE,
     KEEP_DISTINGUISHING_FRACTION,
     KEEP_MARGIN,
+    KEEP_TOLERANCE_MARGIN,
     OPS6K_MIXTURE,
     WORKER_PREFIX,
 )
@@ -129,7 +129,7 @@ def build_stats(
             **options.fingerprint(),
             "keep_margin": KEEP_MARGIN,
             "distinguishing_fraction": KEEP_DISTINGUISHING_FRACTION,
-            "agreement_share": KEEP_AGREEMENT_SHARE,
+            "tolerance_margin": KEEP_TOLERANCE_MARGIN,
         },
         "versions": _versions(generator_version),
         "device": device,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from apache_beam.utils.shared import Shared
 
-from opsynth.config import KEEP_AGREEMENT_SHARE, KEEP_DISTINGUISHING_FRACTION, KEEP_MARGIN, MAX_IDLE_ROUNDS
+from opsynth.config import KEEP_DISTINGUISHING_FRACTION, KEEP_MARGIN, KEEP_TOLERANCE_MARGIN, MAX_IDLE_ROUNDS
 from opsynth.data_sources import TRANSFORMERS, kind
 from opsynth.errors import OpsynthError, UsageError
 from opsynth.filters.execution import ExecutionConfig, execution_config
@@ -94,7 +94,8 @@ def generate(
             options.shared_checks,
             keep_margin=KEEP_MARGIN,
             distinguishing_fraction=KEEP_DISTINGUISHING_FRACTION,
-            agreement_share=KEEP_AGREEMENT_SHARE,
+            tolerance_margin=KEEP_TOLERANCE_MARGIN,
+            every_pair=True,
         )
         here = runs_in_this_process(beam_args)
         # The workers start first: they import torch and set up their device while this process warms up and

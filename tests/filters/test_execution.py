@@ -123,10 +123,19 @@ def test_compile_check_logic(source, backend, expected):
         assert verdict.measurements["compile_ms"] > 0
 
 
+GENERATE_MARGINS = {"distinguishing_fraction": 1e-2, "tolerance_margin": 2.0, "every_pair": True}
+
+
+def test_generate_asks_the_margins_of_the_config():
+    from opsynth.config import KEEP_DISTINGUISHING_FRACTION, KEEP_TOLERANCE_MARGIN
+
+    assert (KEEP_DISTINGUISHING_FRACTION, KEEP_TOLERANCE_MARGIN) == (1e-2, 2.0)  # the cases below sit between
+
+
 @pytest.mark.parametrize(
     ("source", "reason", "detail"),
     [
-        (fixtures.COMPILE_NEAR_TOLERANCE, COMPILE_MISMATCH, "within 50% of it"),
+        (fixtures.COMPILE_NEAR_TOLERANCE, COMPILE_MISMATCH, "beyond tolerance / 2"),
         (fixtures.BARELY_DISTINGUISHABLE, INDISTINGUISHABLE_OUTPUTS, "under 1.0% of their elements"),
     ],
 )
@@ -134,18 +143,48 @@ def test_generate_keeps_a_task_only_where_its_checks_pass_with_room_to_spare(sou
     """A compiled output within the tolerance but not within half of it, draws told apart in 0.8 % of their
     elements: validate keeps such a task (the checker's thresholds), generate does not (its row is checked again
     with other draws and a fresh compile)."""
-    from opsynth.config import KEEP_AGREEMENT_SHARE, KEEP_DISTINGUISHING_FRACTION
     from opsynth.filters.execution import execution_config
 
     validate = execution_config("cpu", (0.0, 100.0), 60, True, 1)
-    generate = execution_config("cpu", (0.0, 100.0), 60, True, 1, distinguishing_fraction=KEEP_DISTINGUISHING_FRACTION,
-                                agreement_share=KEEP_AGREEMENT_SHARE)  # fmt: skip
-    assert (KEEP_DISTINGUISHING_FRACTION, KEEP_AGREEMENT_SHARE) == (1e-2, 0.5)  # the fixtures sit between
+    generate = execution_config("cpu", (0.0, 100.0), 60, True, 1, **GENERATE_MARGINS)
     for seed in (3, 4):
         kept = run_checks(source, seed, dataclasses.replace(validate, compile_backend="aot_eager"))
         assert kept.reason == KEEP, kept
         failed = run_checks(source, seed, dataclasses.replace(generate, compile_backend="aot_eager"))
         assert (failed.reason, detail in failed.detail) == (reason, True), failed
+
+
+@pytest.mark.parametrize(
+    ("draws", "rerun", "reason", "detail"),
+    [
+        # a small output whose draws 1 and 3 agree, each told apart from the first
+        ([[0.0], [1.0], [2.0], [1.001], [3.0]], [0.0], INDISTINGUISHABLE_OUTPUTS, "draws 1 and 3 differ"),
+        # draws 1.5 times the tolerance apart
+        ([[0.0], [0.015], [-0.015], [0.03], [-0.03]], [0.0], INDISTINGUISHABLE_OUTPUTS, "draws 0 and 1 differ"),
+        # a rerun 0.7 times the tolerance off its first draw
+        ([[0.0], [1.0], [2.0], [3.0], [4.0]], [0.007], NOT_DETERMINISTIC, "beyond tolerance / 2"),
+    ],
+)
+def test_generate_judges_the_draws_with_a_margin_and_every_pair_of_a_small_output(draws, rerun, reason, detail):
+    """The checker compares each draw with the first, at the tolerance: validate keeps these outputs; generate,
+    whose rows are checked again with other draws, asks more of them."""
+    from opsynth.filters.output_checks import check_outputs
+    from opsynth.filters.verdicts import CheckFailed
+
+    outs = [[torch.tensor(d)] for d in draws]
+    check_outputs(outs, [torch.tensor(rerun)], CPU)  # validate's checks: kept
+    with pytest.raises(CheckFailed) as failed:
+        check_outputs(outs, [torch.tensor(rerun)], dataclasses.replace(CPU, **GENERATE_MARGINS))
+    assert (failed.value.verdict.reason, detail in failed.value.verdict.detail) == (reason, True)
+
+
+def test_every_pair_is_compared_only_where_the_outputs_are_small(monkeypatch):
+    """A large output is judged against the first draw alone: keeping every draw of it would hold five outputs."""
+    from opsynth.filters import output_checks
+
+    monkeypatch.setattr(output_checks, "EVERY_PAIR_ELEMENTS", 1)
+    outs = [[torch.tensor(d)] for d in ([0.0, 5.0], [1.0, 6.0], [2.0, 7.0], [1.0, 6.0], [3.0, 8.0])]
+    output_checks.check_outputs(outs, outs[0], dataclasses.replace(CPU, **GENERATE_MARGINS))  # 1 and 3 never met
 
 
 def test_inductor_compile_check_in_a_worker():
