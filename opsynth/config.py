@@ -93,6 +93,13 @@ AUTOTUNE_ESTIMATION_RUNS = 2
 # rows recorded at 1.00-1.11 ms fell under a 1 ms window; with a 10 % margin, 2 to 7 of 600 rows of three 600-row
 # runs still did (re-measured at 0.996-0.999 ms). `validate` judges by the window itself.
 KEEP_MARGIN = 0.15
+# All that generate asks of a task beyond validate (execution_config's keywords; stats.json's config records them).
+KEEP_CHECKS = {
+    "keep_margin": KEEP_MARGIN,
+    "distinguishing_fraction": KEEP_DISTINGUISHING_FRACTION,
+    "tolerance_margin": KEEP_TOLERANCE_MARGIN,
+    "every_pair": True,
+}
 
 # Shape calibration: re-measures of a candidate outside the runtime window, with its batch rescaled toward
 # a point CALIBRATION_TARGET of the way into the window in log terms (1-100 ms: 2.0 ms), at most

@@ -182,7 +182,7 @@ def render_card(stats: dict, splits: dict[str, dict], dataset: str | None = None
             ("dtypes", _dtypes(cfg.get("dtypes"))),
             ("device", stats["device"]),
             ("eager runtime window", f"[{window[0]}, {window[1]}] ms{_kept_inside(cfg.get('keep_margin'))}"),
-            ("input draws told apart", _told_apart(cfg.get("distinguishing_fraction"), cfg.get("tolerance_margin"))),
+            ("input draws told apart", _told_apart(cfg)),
             ("torch.compile check", _compile_check(cfg["compile_check"], cfg.get("tolerance_margin"))),
             ("KernelBench reference", cfg["kernelbench"]),
             ("KernelBench AST similarity threshold", cfg["similarity_threshold"]),
@@ -272,14 +272,15 @@ def _kept_inside(margin: float | None) -> str:
     return f", rows kept {margin:.0%} inside it" if margin else ""
 
 
-def _told_apart(fraction: float | None, margin: float | None) -> str:
-    """How a row's input draws differ: in what share of their output elements, beyond what tolerance."""
+def _told_apart(cfg: dict) -> str:
+    """How a row's input draws differ: in what share of their output elements, beyond what tolerance, which pairs
+    (a run's config from before these were recorded says only that they differ)."""
+    fraction, margin = cfg.get("distinguishing_fraction"), cfg.get("tolerance_margin") or 1
     if not fraction:
         return "differing"
-    if not margin:
-        return f"differing in at least {fraction:.0%} of output elements, beyond the tolerance"
-    return (f"differing in at least {fraction:.0%} of output elements, beyond {margin:g} times the tolerance; every "
-            "two draws where the outputs are small")  # fmt: skip
+    beyond = "the tolerance" if margin == 1 else f"{margin:g} times the tolerance"
+    pairs = "; every two draws where the outputs are small" if cfg.get("every_pair") else ""
+    return f"differing in at least {fraction:.0%} of output elements, beyond {beyond}{pairs}"
 
 
 def _compile_check(on: bool, margin: float | None) -> str:

@@ -11,13 +11,7 @@ import platform
 import statistics
 from collections import Counter
 
-from opsynth.config import (
-    KEEP_DISTINGUISHING_FRACTION,
-    KEEP_MARGIN,
-    KEEP_TOLERANCE_MARGIN,
-    OPS6K_MIXTURE,
-    WORKER_PREFIX,
-)
+from opsynth.config import KEEP_CHECKS, OPS6K_MIXTURE, WORKER_PREFIX
 from opsynth.filters.execution import PHASES
 from opsynth.filters.gpu_busy import SAMPLE_PERIOD_S
 from opsynth.options import GenerateOptions
@@ -124,13 +118,7 @@ def build_stats(
     rows = sum(rows_per_source.values())
     executions = sum(r.get("executions", 0) for r in rounds)
     return {
-        "config": {
-            "out": options.out,
-            **options.fingerprint(),
-            "keep_margin": KEEP_MARGIN,
-            "distinguishing_fraction": KEEP_DISTINGUISHING_FRACTION,
-            "tolerance_margin": KEEP_TOLERANCE_MARGIN,
-        },
+        "config": {"out": options.out, **options.fingerprint(), **KEEP_CHECKS},
         "versions": _versions(generator_version),
         "device": device,
         "counts": {

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from apache_beam.utils.shared import Shared
 
-from opsynth.config import KEEP_DISTINGUISHING_FRACTION, KEEP_MARGIN, KEEP_TOLERANCE_MARGIN, MAX_IDLE_ROUNDS
+from opsynth.config import KEEP_CHECKS, MAX_IDLE_ROUNDS
 from opsynth.data_sources import TRANSFORMERS, kind
 from opsynth.errors import OpsynthError, UsageError
 from opsynth.filters.execution import ExecutionConfig, execution_config
@@ -92,10 +92,7 @@ def generate(
             options.compile_check,
             options.workers,
             options.shared_checks,
-            keep_margin=KEEP_MARGIN,
-            distinguishing_fraction=KEEP_DISTINGUISHING_FRACTION,
-            tolerance_margin=KEEP_TOLERANCE_MARGIN,
-            every_pair=True,
+            **KEEP_CHECKS,
         )
         here = runs_in_this_process(beam_args)
         # The workers start first: they import torch and set up their device while this process warms up and

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch._dynamo
 
+from opsynth.config import KEEP_CHECKS
 from opsynth.filters.execution import ExecutionConfig, run_checks
 from opsynth.filters.timing import timed_iters
 from opsynth.filters.worker_budgets import (
@@ -123,13 +124,11 @@ def test_compile_check_logic(source, backend, expected):
         assert verdict.measurements["compile_ms"] > 0
 
 
-GENERATE_MARGINS = {"distinguishing_fraction": 1e-2, "tolerance_margin": 2.0, "every_pair": True}
+GENERATE_MARGINS = {k: v for k, v in KEEP_CHECKS.items() if k != "keep_margin"}  # the checks', not the timing's
 
 
-def test_generate_asks_the_margins_of_the_config():
-    from opsynth.config import KEEP_DISTINGUISHING_FRACTION, KEEP_TOLERANCE_MARGIN
-
-    assert (KEEP_DISTINGUISHING_FRACTION, KEEP_TOLERANCE_MARGIN) == (1e-2, 2.0)  # the cases below sit between
+def test_generate_asks_the_margins_the_cases_below_sit_between():
+    assert GENERATE_MARGINS == {"distinguishing_fraction": 1e-2, "tolerance_margin": 2.0, "every_pair": True}
 
 
 @pytest.mark.parametrize(
