@@ -210,6 +210,34 @@ def yield_to_timings(lock, finish_device_work) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def pausing_between_modules(pause):
+    """Within the block, `pause()` is called as any module registers a submodule, a parameter or a buffer (a
+    model being built) and before any module's forward (the submodules of a first forward): points between a
+    task's device steps where a timing waiting may go first (`yield_to_timings`). Building a model and its first
+    forward hold the GPU shared while mostly host work (a transformers module built in 2-3 s on one H200), and
+    a timing waiting for them keeps every other task off the GPU meanwhile. A forward of one module is not split:
+    on one H200, once these pauses were in, the GPU's idle stretches of a 600-row run were mostly a single task's
+    first forward of 0.2-0.8 s (a library's first launch) with 6-12 others waiting. Each call is a flock probe
+    where no timing waits."""
+    from torch.nn.modules import module as nn_module
+
+    def registered(*args) -> None:
+        pause()
+
+    handles = [
+        nn_module.register_module_module_registration_hook(registered),
+        nn_module.register_module_parameter_registration_hook(registered),
+        nn_module.register_module_buffer_registration_hook(registered),
+        nn_module.register_module_forward_pre_hook(registered),
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def shared_mode(lock):
     """The lock's shared mode where it has one (a GPU's DeviceLock), for the checks' device work."""
     return lock.shared() if hasattr(lock, "shared") else lock

@@ -21,7 +21,7 @@ import torch
 from opsynth.config import DISTINGUISHING_FRACTION, NUM_DRAWS, TIMING, VERIFY_ATOL, VERIFY_RTOL
 from opsynth.filters.comparison import flatten_outputs, to_device
 from opsynth.filters.compiled_model import compile_check_cpu, compiled_for_timing
-from opsynth.filters.device_lock import shared_mode, yield_to_timings
+from opsynth.filters.device_lock import pausing_between_modules, shared_mode, yield_to_timings
 from opsynth.filters.output_checks import DrawOutputs
 from opsynth.filters.task_loading import TaskLoadError, load_task
 from opsynth.filters.timing import (
@@ -211,17 +211,27 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
             with clock("lock_wait"):
                 yield_to_timings(device_lock, torch.cuda.synchronize)
 
+    def between_modules():
+        """Building the model and its first forward, mostly host work, pause between its modules too."""
+        return pausing_between_modules(pause) if cuda else contextlib.nullcontext()
+
+    with clock("load"):
+        torch.manual_seed(seed)
+        # Holding nothing: the model's arguments are host work (a transformers module's config, its first use
+        # importing modules: on one H200 the GPU idled up to 1.3 s while a timing waited for one to be made).
+        with torch.device(device):
+            init_inputs = task.get_init_inputs()
     with clock.holding(shared_mode(device_lock)):
-        with clock("load"):
-            torch.manual_seed(seed)
+        with clock("load"), between_modules():
             with torch.device(device):
-                model = task.model_class(*task.get_init_inputs())
+                model = task.model_class(*init_inputs)
             model = model.to(device).eval()
         with torch.no_grad():
             pause()
             with clock("first_forward"):
                 inputs = draw_inputs(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
-                first = flatten_outputs(model(*inputs))  # untimed: the first use of the task's memory and kernels
+                with between_modules():
+                    first = flatten_outputs(model(*inputs))  # untimed: the first use of its memory and kernels
                 if cuda:
                     torch.cuda.synchronize()  # its device work counted here, not in the next phase
             with clock("output_checks"):

@@ -272,3 +272,26 @@ def test_only_a_shared_device_lock_steps_aside(tmp_path):
     with lock:  # held alone (a timing): nothing to step aside for
         assert not yield_to_timings(lock, lambda: never.append(1))
     assert not never
+
+
+def test_a_models_building_and_forward_pause_between_its_modules_and_only_inside_the_block():
+    import torch
+
+    from opsynth.filters.device_lock import pausing_between_modules
+
+    pauses = []
+
+    def build():
+        return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.BatchNorm1d(4))
+
+    with pausing_between_modules(lambda: pauses.append(1)):
+        model = build().eval()
+        built = len(pauses)
+        out = model(torch.randn(2, 4))
+    # three submodules registered, Linear's and BatchNorm's parameters and buffers; four modules' forwards
+    assert built >= 3 + 4 + 3
+    assert len(pauses) - built == 4
+    assert out.shape == (2, 4)  # the forward pre-hook left the inputs alone
+    total = len(pauses)
+    build()(torch.randn(2, 4))
+    assert len(pauses) == total  # the hooks went with the block
