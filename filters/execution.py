@@ -89,6 +89,7 @@ class ExecutionConfig:
     # Outputs told apart beyond the tolerance times this, rerun and compiled outputs agreeing within it over this.
     tolerance_margin: float = 1.0
     every_pair: bool = False  # small outputs: every two draws told apart, not each draw from the first alone
+    compile_draws: int = 1  # draws the compiled model must agree with eager on where an output is discrete
 
 
 def execution_config(
@@ -102,6 +103,7 @@ def execution_config(
     distinguishing_fraction: float = DISTINGUISHING_FRACTION,
     tolerance_margin: float = 1.0,
     every_pair: bool = False,
+    compile_draws: int = 1,
 ) -> ExecutionConfig:
     """The execution settings, with the device's warm-up and timed iterations (`generate`, `validate`, `bench`);
     `generate` asks its margins of the timing and the checks (opsynth.config's KEEP_*)."""
@@ -113,6 +115,7 @@ def execution_config(
         distinguishing_fraction=distinguishing_fraction,
         tolerance_margin=tolerance_margin,
         every_pair=every_pair,
+        compile_draws=compile_draws,
         timeout_s=timeout_s,
         compile_check=compile_check,
         warmup=warmup,
@@ -211,6 +214,9 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
             with clock("lock_wait"):
                 yield_to_timings(device_lock, torch.cuda.synchronize)
 
+    def draw(i: int) -> list:
+        return draw_inputs(task, seed, i, device)
+
     def between_modules():
         """Building the model and its first forward, mostly host work, pause between its modules too."""
         return pausing_between_modules(pause) if cuda else contextlib.nullcontext()
@@ -229,7 +235,7 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
         with torch.no_grad():
             pause()
             with clock("first_forward"):
-                inputs = draw_inputs(task, seed, 0, device)  # kept for the rerun, the timing and the compile check
+                inputs = draw(0)  # kept for the rerun, the timing and the compile check
                 with between_modules():
                     first = flatten_outputs(model(*inputs))  # untimed: the first use of its memory and kernels
                 if cuda:
@@ -240,7 +246,7 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
                 samples = []
                 for i in range(1, cfg.num_draws):
                     pause()
-                    out, ms = timed_forward(model, draw_inputs(task, seed, i, device), cuda)
+                    out, ms = timed_forward(model, draw(i), cuda)
                     samples.append(ms)
                     if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
                         measurements["eager_ms"] = ms
@@ -261,11 +267,11 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
         _check_window(measurements, cfg.runtime_window_ms, cfg.keep_margin)
         if cfg.compile_check:
             measurements["compile_ms"] = compile_check_cpu(model, inputs, eager_out, cfg, device_lock, clock,
-                                                           measurements)  # fmt: skip
+                                                           measurements, draw)  # fmt: skip
         return measurements
     measurements["eager_event_ms"] = measurements["eager_ms"]
     check_events(measurements, cfg.runtime_window_ms)
-    return cuda_timings(model, inputs, eager_out, cfg, device_lock, clock, measurements)
+    return cuda_timings(model, inputs, eager_out, cfg, device_lock, clock, measurements, draw=draw)
 
 
 def _profiled_ms(runs: list[tuple], inputs: list, iters: int, device_lock, clock: PhaseClock) -> list[float]:
@@ -291,8 +297,8 @@ def _counting_failures(timer, failures, measurements: dict[str, Any]):
 
 
 def cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock: PhaseClock,
-                  measurements: dict[str, Any], timer=_profiled_ms,
-                  failures=allocation_failures) -> dict[str, Any]:  # fmt: skip
+                  measurements: dict[str, Any], timer=_profiled_ms, failures=allocation_failures,
+                  draw=None) -> dict[str, Any]:  # fmt: skip
     """CUDA, once the checks passed: the eager timing decides the window, and a task inside it is compiled,
     checked against eager (sharing the GPU) and timed compiled. A task whose checks' events put it
     COMPILE_FIRST_MARGIN inside the window is compiled first, so that both timings take one hold of the GPU
@@ -300,14 +306,15 @@ def cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, dev
     timing holds the GPU alone for its forwards only (the checks' forwards were the eager warm-up). `timer(runs,
     inputs, iters, lock, clock)` is the measure of each (fn, phase), in ms. Allocations that failed during the
     timings (`failures()`, counted before and after each) are recorded as `timing_allocation_failures`: a
-    timing that ran a fallback for want of memory, for a run's verdicts to be counted by."""
+    timing that ran a fallback for want of memory, for a run's verdicts to be counted by. `draw(i)`, input draw
+    i, is what a discrete output's compiled agreement is checked on beyond the first."""
     timer = _counting_failures(timer, failures, measurements)
     iters = timed_iters(cfg.iters, measurements["eager_ms"])
     compile_first = cfg.compile_check and measurements["eager_ms"] >= COMPILE_FIRST_MARGIN * cfg.runtime_window_ms[0]
     compiled, failed = None, None
     if compile_first:
         try:
-            compiled = compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements)
+            compiled = compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements, draw)
         except CheckFailed as e:
             if e.verdict.reason == OUT_OF_MEMORY or is_fatal_cuda_error(e.verdict):
                 raise  # nothing more can run here (the pool retries the first alone)
@@ -319,7 +326,7 @@ def cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, dev
     if failed is not None:
         raise CheckFailed(failed.verdict.reason, failed.verdict.detail, measurements)
     if compiled is None and cfg.compile_check:
-        compiled = compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements)
+        compiled = compiled_for_timing(model, inputs, eager_out, cfg, device_lock, clock, measurements, draw)
         times = [*times, *timer([(compiled, "compiled_timing")], inputs, iters, device_lock, clock)]
     if compiled is not None:
         measurements["compile_ms"] = times[1]

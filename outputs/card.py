@@ -183,7 +183,7 @@ def render_card(stats: dict, splits: dict[str, dict], dataset: str | None = None
             ("device", stats["device"]),
             ("eager runtime window", f"[{window[0]}, {window[1]}] ms{_kept_inside(cfg.get('keep_margin'))}"),
             ("input draws told apart", _told_apart(cfg)),
-            ("torch.compile check", _compile_check(cfg["compile_check"], cfg.get("tolerance_margin"))),
+            ("torch.compile check", _compile_check(cfg)),
             ("KernelBench reference", cfg["kernelbench"]),
             ("KernelBench AST similarity threshold", cfg["similarity_threshold"]),
             ("MinHash Jaccard threshold", cfg["jaccard_threshold"]),
@@ -283,7 +283,10 @@ def _told_apart(cfg: dict) -> str:
     return f"differing in at least {fraction:.0%} of output elements, beyond {beyond}{pairs}"
 
 
-def _compile_check(on: bool, margin: float | None) -> str:
-    if not on:
+def _compile_check(cfg: dict) -> str:
+    if not cfg["compile_check"]:
         return "off"
-    return f"on, agreeing with eager within the tolerance / {margin:g}" if margin else "on"
+    margin, draws = cfg.get("tolerance_margin"), cfg.get("compile_draws") or 1
+    within = f", agreeing with eager within the tolerance / {margin:g}" if margin else ""
+    discrete = f"; on {draws} input draws where an output is discrete" if draws > 1 else ""
+    return f"on{within}{discrete}"

@@ -128,7 +128,31 @@ GENERATE_MARGINS = {k: v for k, v in KEEP_CHECKS.items() if k != "keep_margin"} 
 
 
 def test_generate_asks_the_margins_the_cases_below_sit_between():
-    assert GENERATE_MARGINS == {"distinguishing_fraction": 1e-2, "tolerance_margin": 2.0, "every_pair": True}
+    assert GENERATE_MARGINS == {
+        "distinguishing_fraction": 1e-2,
+        "tolerance_margin": 2.0,
+        "every_pair": True,
+        "compile_draws": 3,
+    }
+
+
+def test_generate_compares_a_discrete_output_compiled_on_more_draws_than_the_first():
+    """A bool output that compiled code flips on some draws only: validate, which compares the first draw (the
+    checker's rule), keeps it where that draw agrees; generate compares two draws more and drops it."""
+    from opsynth.filters.execution import execution_config
+
+    def largest(seed: int, i: int) -> float:
+        torch.manual_seed(seed + 1 + i)  # filters.execution.draw_inputs' seeding
+        return torch.randn(8, 32).max().item()
+
+    seed = next(s for s in range(1000) if largest(s, 0) < 2.9 and max(largest(s, 1), largest(s, 2)) > 3.1)
+    validate = execution_config("cpu", (0.0, 100.0), 60, True, 1)
+    generate = execution_config("cpu", (0.0, 100.0), 60, True, 1, **GENERATE_MARGINS)
+    source = fixtures.COMPILE_FLIPS_ON_SOME_DRAWS
+    kept = run_checks(source, seed, dataclasses.replace(validate, compile_backend="aot_eager"))
+    assert kept.reason == KEEP, kept
+    failed = run_checks(source, seed, dataclasses.replace(generate, compile_backend="aot_eager"))
+    assert failed.reason == COMPILE_MISMATCH, failed
 
 
 @pytest.mark.parametrize(
