@@ -147,6 +147,30 @@ def test_validate_reports_one_line_per_task_with_the_first_reason(tmp_path, caps
     assert _run(capsys, ["validate", str(tmp_path / "good.py"), *argv[2:-2]])[0] == 0  # every task keeps
 
 
+def test_validate_runs_a_task_out_of_memory_beside_others_again_once_they_are_done(tmp_path, capsys):
+    """A task that ran out of memory (here: once, as if others held the memory) keeps its verdict run again
+    after the others; one out of memory every time stays so."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    marker = tmp_path / "ran-out-once"
+    once = (
+        f"import os\nif x.device.type != 'meta' and not os.path.exists({str(marker)!r}):\n"
+        f"    open({str(marker)!r}, 'w').close()\n"
+        "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 8.00 GiB')\nreturn x * 2"
+    )
+    (tasks / "once.py").write_text(fixtures.task(once))
+    always = "if x.device.type != 'meta':\n    raise torch.OutOfMemoryError('CUDA out of memory')\nreturn x * 2"
+    (tasks / "always.py").write_text(fixtures.task(always))
+    (tasks / "good.py").write_text(fixtures.GOOD)
+    report = tmp_path / "report.jsonl"
+    argv = ["validate", str(tasks), "--device", "cpu", "--runtime-window-ms", "0,100", "--timeout-s", "20",
+            "--no-compile-check", "--workers", "2", "--report", str(report), "--exit-zero"]  # fmt: skip
+    assert _run(capsys, argv)[0] == 0
+    verdicts = {line["task"]: line["verdict"] for line in map(json.loads, report.read_text().splitlines())}
+    assert marker.exists()  # it did run out the first time
+    assert verdicts == {"once.py": "keep", "always.py": "out_of_memory", "good.py": "keep"}
+
+
 def test_validate_re_measures_a_sample_of_a_generated_set(tmp_path, capsys):
     """A dataset folder is an input too: its rows are named by `id`, `--sample` draws some of them, and the
     eager times the set recorded are compared with those measured now."""
