@@ -46,6 +46,9 @@ def task_environment(environ: Mapping[str, str], home: str, python_path: list[st
     user_home = environ.get("HOME") or os.path.expanduser("~")
     env.setdefault("TRITON_CACHE_DIR", os.path.join(user_home, ".triton", "cache"))
     env.setdefault("CUDA_CACHE_PATH", os.path.join(user_home, ".nv", "ComputeCache"))
+    # torch's kernels compiled at run time (jiterator: some operators on some dtypes) cached across the workers
+    user_cache = environ.get("XDG_CACHE_HOME") or os.path.join(user_home, ".cache")
+    env.setdefault("PYTORCH_KERNEL_CACHE_PATH", os.path.join(user_cache, "torch", "kernels"))
     return env | {
         "HOME": home,
         "HF_HUB_OFFLINE": "1",

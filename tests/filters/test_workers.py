@@ -223,3 +223,17 @@ def test_a_job_started_ahead_runs_once_and_its_verdict_goes_to_the_run_that_asks
         assert all(v.kept for v in second)
         # each of the later jobs ran once in all: those started ahead were not run again
         assert pool.handed == handed + 3 - (2 - len(offered))
+
+
+def test_task_code_sees_a_scratch_home_but_the_compile_caches_where_the_user_has_them(tmp_path):
+    from opsynth.filters.containment import task_environment
+
+    user = {"HOME": "/home/u", "PATH": "/bin", "HF_TOKEN": "x", "TORCHINDUCTOR_CACHE_DIR": "/tmp/ind"}
+    env = task_environment(user, str(tmp_path), ["/pkg"])
+    assert env["HOME"] == str(tmp_path) and "HF_TOKEN" not in env and env["PYTHONPATH"] == "/pkg"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/ind"
+    assert env["TRITON_CACHE_DIR"] == "/home/u/.triton/cache"
+    assert env["CUDA_CACHE_PATH"] == "/home/u/.nv/ComputeCache"
+    assert env["PYTORCH_KERNEL_CACHE_PATH"] == "/home/u/.cache/torch/kernels"
+    xdg = task_environment({**user, "XDG_CACHE_HOME": "/c"}, str(tmp_path), [])
+    assert xdg["PYTORCH_KERNEL_CACHE_PATH"] == "/c/torch/kernels" and "XDG_CACHE_HOME" not in xdg
