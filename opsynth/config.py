@@ -83,7 +83,7 @@ KEEP_TOLERANCE_MARGIN = 2.0
 # compiled arithmetic puts on the other side of a threshold flips an element. generate compares the compiled model
 # with eager on this many draws where an output is discrete. One H200: a layer norm compared with a parameter (458
 # million bool elements) agreed on the draw generate checked and differed in 1 to 3 elements on each of four
-# others; a flip that frequent passes three draws one time in 200.
+# others; a flip that frequent passes the two draws more about one time in 30 (e^-3.5).
 KEEP_COMPILE_DRAWS = 3
 
 # CUDA: each Triton configuration inductor autotunes is benchmarked for at most this long and this many runs,
