@@ -81,10 +81,11 @@ KEEP_DISTINGUISHING_FRACTION = 1e-2
 KEEP_TOLERANCE_MARGIN = 2.0
 # A discrete output (bool or integer: a comparison, an argmax) has no tolerance to keep a margin in: a value that
 # compiled arithmetic puts on the other side of a threshold flips an element. generate compares the compiled model
-# with eager on this many draws where an output is discrete. One H200: a layer norm compared with a parameter (458
-# million bool elements) agreed on the draw generate checked and differed in 1 to 3 elements on each of four
-# others; a flip that frequent passes the two draws more about one time in 30 (e^-3.5).
-KEEP_COMPILE_DRAWS = 3
+# with eager on every draw of the checks where an output is discrete. One H200: a layer norm compared with a
+# parameter (458 million bool elements) agreed on the draw generate checked and differed in 1 to 3 elements on each
+# of four others; a flip that frequent passes two draws more about one time in 30 (e^-3.5; 1af1b31 compared three
+# draws), four about one time in 1,100.
+KEEP_COMPILE_DRAWS = NUM_DRAWS
 
 # CUDA: each Triton configuration inductor autotunes is benchmarked for at most this long and this many runs,
 # after this many L2 flushes, its time estimated from this many runs first (inductor's defaults: 25 ms or 100

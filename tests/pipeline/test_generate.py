@@ -119,8 +119,8 @@ def test_card_and_stats_agree(generated):
     assert stats["counts"]["executions_per_row"] == round(stats["counts"]["executions"] / 24, 3)
     assert f"{stats['counts']['executions']} executions on the device" in card
     assert stats["gpu_busy"] is None  # a CPU run watches no GPU
-    assert stats["config"]["compile_draws"] == 3
-    assert "on 3 input draws where an output is discrete" in card
+    assert stats["config"]["compile_draws"] == 5
+    assert "on 5 input draws where an output is discrete" in card
 
 
 def test_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(generated, kernelbench_parquet, capsys):
