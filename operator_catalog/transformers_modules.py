@@ -1,11 +1,13 @@
 """The catalog's transformers modules: one entry per module class, each with the sampler that sizes one use of
-it for a workload (transformers_samplers); a task around one of them is rendered by transformers_render.
+it for a workload (transformers_samplers, transformers_dense_samplers); a task around one of them is rendered by
+transformers_render.
 """
 
 from __future__ import annotations
 
 import random
 
+from opsynth.operator_catalog import transformers_dense_samplers as dense
 from opsynth.operator_catalog import transformers_samplers as samplers
 from opsynth.operator_catalog.entry import OpEntry, RenderedTask, SampleContext, within_input_budget
 from opsynth.operator_catalog.transformers_render import ModuleUse, render_transformers
@@ -39,7 +41,7 @@ ENTRIES = [
     _entry("ConvNextStage", "convnext.modeling_convnext", samplers.convnext_stage),
     _entry("PoolFormerLayer", "poolformer.modeling_poolformer", samplers.poolformer_layer),
     _entry("GLPNOverlapPatchEmbeddings", "glpn.modeling_glpn", samplers.glpn_patches),
-    _entry("GLPNSelectiveFeatureFusion", "glpn.modeling_glpn", samplers.glpn_selective_fusion),
+    _entry("GLPNSelectiveFeatureFusion", "glpn.modeling_glpn", dense.glpn_selective_fusion),
     _entry("MPNetLMHead", "mpnet.modeling_mpnet", samplers.mpnet_head),
     _entry("MobileBertLMPredictionHead", "mobilebert.modeling_mobilebert", samplers.mobilebert_head),
     _entry(
@@ -72,16 +74,14 @@ ENTRIES = [
     _entry("BridgeTowerMLMHead", "bridgetower.modeling_bridgetower", samplers.bridgetower_mlm_head),
     _entry("BridgeTowerResidualAttention", "bridgetower.modeling_bridgetower", samplers.bridgetower_residual),
     _entry("BrosBboxEmbeddings", "bros.modeling_bros", samplers.bros_bbox),
-    _entry("DPTFeatureFusionLayer", "dpt.modeling_dpt", samplers.dpt_fusion_layer),
-    _entry(
-        "DPTFeatureFusionStage", "dpt.modeling_dpt", samplers.dpt_like_pyramid("DPTConfig", 4, "fusion_hidden_size")
-    ),
-    _entry("Data2VecVisionPyramidPoolingBlock", "data2vec.modeling_data2vec_vision", samplers.pyramid_pooling),
+    _entry("DPTFeatureFusionLayer", "dpt.modeling_dpt", dense.dpt_fusion_layer),
+    _entry("DPTFeatureFusionStage", "dpt.modeling_dpt", dense.dpt_like_pyramid("DPTConfig", 4, "fusion_hidden_size")),
+    _entry("Data2VecVisionPyramidPoolingBlock", "data2vec.modeling_data2vec_vision", dense.pyramid_pooling),
     _entry("EncodecLSTM", "encodec.modeling_encodec", samplers.encodec_lstm),
     _entry("FlavaImageCodebookLayerGroup", "flava.modeling_flava", samplers.flava_codebook_group),
     _entry("LevitPatchEmbeddings", "levit.modeling_levit", samplers.levit_patches),
-    _entry("Mask2FormerMaskPredictor", "mask2former.modeling_mask2former", samplers.mask2former_predictor),
-    _entry("MaskFormerFPNModel", "maskformer.modeling_maskformer", samplers.maskformer_fpn),
+    _entry("Mask2FormerMaskPredictor", "mask2former.modeling_mask2former", dense.mask2former_predictor),
+    _entry("MaskFormerFPNModel", "maskformer.modeling_maskformer", dense.maskformer_fpn),
     _entry(
         "NystromformerSelfAttention",
         "nystromformer.modeling_nystromformer",
@@ -90,26 +90,24 @@ ENTRIES = [
     ),
     _entry("OneFormerTextTransformerLayer", "oneformer.modeling_oneformer", samplers.oneformer_text_layer),
     _entry("Swin2SRPatchEmbeddings", "swin2sr.modeling_swin2sr", samplers.swin2sr_patches),
-    _entry("VitMatteFusionBlock", "vitmatte.modeling_vitmatte", samplers.vitmatte_fusion),
-    _entry("ZoeDepthConditionalLogBinomialSoftmax", "zoedepth.modeling_zoedepth", samplers.zoedepth_log_binomial),
+    _entry("VitMatteFusionBlock", "vitmatte.modeling_vitmatte", dense.vitmatte_fusion),
+    _entry("ZoeDepthConditionalLogBinomialSoftmax", "zoedepth.modeling_zoedepth", dense.zoedepth_log_binomial),
     _entry(
         "ZoeDepthFeatureFusionStage",
         "zoedepth.modeling_zoedepth",
-        samplers.dpt_like_pyramid("ZoeDepthConfig", 4, "fusion_hidden_size"),
+        dense.dpt_like_pyramid("ZoeDepthConfig", 4, "fusion_hidden_size"),
     ),
-    _entry(
-        "DPTDepthEstimationHead", "dpt.modeling_dpt", samplers.dpt_like_pyramid("DPTConfig", 4, "fusion_hidden_size")
-    ),
+    _entry("DPTDepthEstimationHead", "dpt.modeling_dpt", dense.dpt_like_pyramid("DPTConfig", 4, "fusion_hidden_size")),
     _entry(
         "ZoeDepthRelativeDepthEstimationHead",
         "zoedepth.modeling_zoedepth",
-        samplers.dpt_like_pyramid("ZoeDepthConfig", 4, "fusion_hidden_size"),
+        dense.dpt_like_pyramid("ZoeDepthConfig", 4, "fusion_hidden_size"),
     ),
-    _entry("DepthAnythingNeck", "depth_anything.modeling_depth_anything", samplers.depth_anything_neck),
+    _entry("DepthAnythingNeck", "depth_anything.modeling_depth_anything", dense.depth_anything_neck),
     _entry(
         "DepthAnythingFeatureFusionStage",
         "depth_anything.modeling_depth_anything",
-        samplers.dpt_like_pyramid("DepthAnythingConfig", 4, "fusion_hidden_size"),
+        dense.dpt_like_pyramid("DepthAnythingConfig", 4, "fusion_hidden_size"),
     ),
 ]
 
