@@ -39,11 +39,16 @@ def _probe(t: torch.Tensor) -> torch.Tensor | None:
     return t.view(-1)[:PROBE_ELEMENTS] if t.numel() > PROBE_ELEMENTS and t.is_contiguous() else None
 
 
+def discrete(t: torch.Tensor) -> bool:
+    """Whether `t` holds discrete values (bool or integer), compared exactly: no tolerance applies."""
+    return not (t.is_floating_point() or t.is_complex())
+
+
 def _all_close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
     b = b.to(a.dtype)
     if torch.equal(a, b):  # one fused pass; a rerun mostly gives the very same bits
         return True
-    return (a.is_floating_point() or a.is_complex()) and bool(torch.allclose(a, b, atol=atol, rtol=rtol))
+    return not discrete(a) and bool(torch.allclose(a, b, atol=atol, rtol=rtol))
 
 
 def tensors_close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
@@ -63,9 +68,9 @@ def outputs_close(a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rto
 
 def _beyond(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> int:
     """Elements of a beyond the tolerance of b (unequal, for integers and bools)."""
-    if a.is_floating_point() or a.is_complex():
-        return int((~torch.isclose(a, b.to(a.dtype), rtol=rtol, atol=atol)).sum())
-    return int((a != b.to(a.dtype)).sum())
+    if discrete(a):
+        return int((a != b.to(a.dtype)).sum())
+    return int((~torch.isclose(a, b.to(a.dtype), rtol=rtol, atol=atol)).sum())
 
 
 def differing_elements(a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rtol: float, enough: int) -> int:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from opsynth.filters.comparison import flatten_outputs, outputs_close
+from opsynth.filters.comparison import discrete, flatten_outputs, outputs_close
 from opsynth.filters.device_lock import shared_mode, unwatched
 from opsynth.filters.timing import PhaseClock, host_time_ms
 from opsynth.filters.verdicts import CheckFailed, classify_error
@@ -142,10 +142,6 @@ def _agreeing(model, inputs, eager_out, cfg, device_lock, clock, measurements, h
         within = "" if margin == 1 else f" / {margin:g}"
         raise CheckFailed(COMPILE_MISMATCH, MISMATCH_DETAIL + within, measurements)
     return compiled, result
-
-
-def discrete(t: torch.Tensor) -> bool:
-    return not (t.is_floating_point() or t.is_complex())
 
 
 def _agree_on(model, compiled, inputs: list, atol: float, rtol: float) -> bool:
