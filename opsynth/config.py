@@ -129,6 +129,9 @@ CALIBRATION_TARGET = 0.15
 # kernel); each round after the first corrects it by the median of measured / predicted time over the earlier
 # rounds' executions.
 SIZE_SLACK = (1.15, 1.5)
+# A candidate made again at a scale takes the share of the element budget (its own, then wider) at which its input
+# moves nearest that scale; one within this factor of it is taken without trying the wider shares.
+RESCALE_TOLERANCE = 1.1
 SIZE_MAX_FACTOR = 65536.0
 # A candidate the sizing leaves predicted more than this many times the window's top (its sizes could not be made
 # smaller) is rejected unrun, as above the window: run, its first forward and first draw alone took seconds of

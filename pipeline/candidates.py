@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 
-from opsynth.config import COMPOSE_ATTEMPTS
+from opsynth.config import COMPOSE_ATTEMPTS, RESCALE_TOLERANCE
 from opsynth.data_sources import kind, operator_count
 from opsynth.filters.dedup import dedup_key, task_key
 from opsynth.operator_catalog.codegen import render
@@ -49,6 +50,24 @@ def input_elements(candidate: Candidate) -> int:
     return sum(math.prod(s["shape"]) for s in candidate.input_shapes)
 
 
+def _rescaled_at_shares(
+    candidate: Candidate, factor: float, workload: Workload, op_weights: str
+) -> Iterator[Candidate]:
+    """The candidate made again with its batch scaled by `factor` at each share of the element budget it may
+    take, the workload's own first, then the wider ones, where its operators stay and its input moves the way
+    `factor` asks (not another chain, drawn where this one did not fit; nor one grown where it was to shrink)."""
+    spec, before = CandidateSpec(candidate.data_source, candidate.index, candidate.seed), input_elements(candidate)
+    torch_chain = kind(candidate.data_source) != "transformers"
+    for share in reversed(input_shares(workload)) if torch_chain else (workload.input_share,):
+        try:
+            rescaled = make_candidate(spec, dataclasses.replace(workload, input_share=share),
+                                      candidate.batch_scale * factor, op_weights)  # fmt: skip
+        except CompositionError:
+            continue
+        if tuple(rescaled.ops) == tuple(candidate.ops) and (input_elements(rescaled) - before) * (factor - 1) >= 0:
+            yield rescaled
+
+
 def input_shares(workload: Workload) -> tuple[int, ...]:
     """The shares of the element budget a torch chain's input may take when it is rescaled, the largest first:
     1, 1/2, 1/4 ... to the workload's own (`Workload.input_share`), which leaves its tensors room to grow; the
@@ -61,23 +80,23 @@ def rescale_candidate(
     candidate: Candidate, factor: float, workload: Workload, op_weights: str = "uniform"
 ) -> Candidate | None:
     """The same candidate with its batch scaled by `factor`, or None where sizes cannot move that way.
-    `op_weights` must be those it was made with, or the seed would compose another task. A torch chain rescaled
-    may take the whole element budget for its input (a reduction reads its input alone), else half, and so on
-    to the workload's share (`input_shares`); a transformers module, whose inner tensors no budget checks, only
-    the workload's share."""
-    spec, before = CandidateSpec(candidate.data_source, candidate.index, candidate.seed), input_elements(candidate)
-    for share in input_shares(workload) if kind(candidate.data_source) != "transformers" else (workload.input_share,):
-        try:
-            sized = dataclasses.replace(workload, input_share=share)
-            rescaled = make_candidate(spec, sized, candidate.batch_scale * factor, op_weights)
-        except CompositionError:
-            continue
-        moved = input_elements(rescaled) - before
-        # Not another chain, drawn where this one did not fit; nor one grown where it was to shrink (a batch cut
-        # below the workload's min_largest_dim grows back to it, the spatial extents taking the wider share).
-        if tuple(rescaled.ops) == tuple(candidate.ops) and moved * (factor - 1) >= 0:
-            break
-    else:
+    `op_weights` must be those it was made with, or the seed would compose another task. A torch chain takes the
+    share of the element budget (`input_shares`: the workload's own, or wider up to the whole budget, as a
+    reduction reads its input alone) at which its input moves nearest `factor`: grown, a wider share lets it
+    reach the window; shrunk, or grown a little, the own share keeps its extents where a wider one would double
+    them (a batch held at min_largest_dim shrinks those extents). A transformers module, whose inner tensors no
+    budget checks, keeps the workload's share."""
+    before = input_elements(candidate)
+
+    def miss(c: Candidate) -> float:  # how far its input moved from `factor`, in log terms
+        return abs(math.log(input_elements(c) / before / factor))
+
+    rescaled = None
+    for made in _rescaled_at_shares(candidate, factor, workload, op_weights):
+        rescaled = made if rescaled is None or miss(made) < miss(rescaled) else rescaled
+        if miss(rescaled) <= math.log(RESCALE_TOLERANCE):
+            break  # a wider share would not move it nearer
+    if rescaled is None:
         return None
     if rescaled.input_shapes == candidate.input_shapes:
         return None  # the element budget (or rounding) holds the batch where it is

@@ -102,6 +102,31 @@ def test_a_batch_grown_to_the_workloads_largest_dimension_is_what_the_batch_scal
     assert shapes == {1.0: 512, 1.5: 768, 2.5: 1024, 0.5: 512}  # 2.5: cut to the input's share, 1024 x 16 x 32^3
 
 
+def test_a_batch_that_alone_holds_the_largest_dimension_stays_and_a_shrink_moves_the_extents():
+    """Shrunk past min_largest_dim, a batch that alone holds it stays there and the spatial extents of the
+    unscaled input give way together, by about the scale asked; the channels never change."""
+    import math
+    import random
+
+    from opsynth.operator_catalog.compose import sample_input
+
+    wl = replace(
+        WORKLOADS["gpu"], batch_sizes=(64,), channels=(16,), spatial={4: (128,), 5: (32,)}, max_elements=1 << 31
+    )
+    assert sample_input(4, wl, random.Random(0), 1.0).shape == (512, 16, 128, 128)
+    assert sample_input(4, wl, random.Random(0), 0.25).shape == (512, 16, 64, 64)
+    for rank, scale in ((4, 0.1), (5, 0.3), (5, 0.05)):
+        unscaled, shrunk = (sample_input(rank, wl, random.Random(0), s).shape for s in (1.0, scale))
+        assert shrunk[:2] == unscaled[:2]
+        assert math.prod(shrunk) / math.prod(unscaled) == pytest.approx(scale, rel=0.15)
+    # Cut to the budget unscaled (one extent halved), the shrink starts from that input, not the drawn one.
+    small = replace(wl, max_elements=4 * 512 * 16 * 128 * 64)
+    assert sample_input(4, small, random.Random(0), 1.0).shape == (512, 16, 64, 128)
+    assert math.prod(sample_input(4, small, random.Random(0), 0.5).shape[2:]) == pytest.approx(64 * 128 / 2, rel=0.05)
+    # Where another dimension holds it, the batch itself shrinks, as in the tiny workload.
+    assert sample_input(3, replace(wl, spatial={3: (1024,)}), random.Random(0), 0.5).shape == (32, 16, 1024)
+
+
 def test_ops6k_weights_draw_operators_as_often_as_the_released_set():
     import random
     from collections import Counter

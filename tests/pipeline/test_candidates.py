@@ -78,3 +78,30 @@ def test_a_torch_chain_grown_may_take_the_whole_budget_for_its_input_a_transform
             else:
                 past_share += input_elements(rescaled) > share
     assert past_share >= 4
+
+
+def test_a_rescaled_candidates_input_moves_by_about_the_factor_asked():
+    """Sized toward the window, a torch chain's input moves by about the factor asked: shrunk, a batch held at
+    min_largest_dim gives way to the extents (on one H200 such tasks stayed at 6-40 ms where 2 ms was aimed
+    at); grown a little, the chain keeps its share of the budget, where a wider one would have doubled the
+    extents it was cut to (a Conv3d asked 1.18x grew 2.4x)."""
+    from dataclasses import replace
+
+    from opsynth.pipeline.candidates import input_elements, rescale_candidate
+
+    workload = replace(WORKLOADS["gpu"], max_elements=1 << 31)
+    moved = {0.1: [], 0.4: [], 1.3: []}
+    for source in ("torch#1", "torch#2", "torch#3"):
+        for index in range(20):
+            try:
+                original = make_candidate(CandidateSpec(source, index, 5000 + index), workload, 1.0, "ops6k")
+            except CompositionError:
+                continue
+            for factor, ratios in moved.items():
+                rescaled = rescale_candidate(original, factor, workload, "ops6k")
+                if rescaled is not None:
+                    assert rescaled.ops == original.ops
+                    ratios.append(input_elements(rescaled) / input_elements(original) / factor)
+    for factor, ratios in moved.items():
+        near = sum(1 / 1.25 <= r <= 1.25 for r in ratios)
+        assert len(ratios) >= 40 and near >= 0.9 * len(ratios), (factor, sorted(ratios))
