@@ -22,19 +22,20 @@ the worker's own memory budget holds it (`clone_on_device`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable
 
 
 def bound_autotuning(max_ms: float, max_runs: int, cache_flushes: int, estimation_runs: int,
-                     before_each=None) -> bool:  # fmt: skip
+                     around_each: Callable[[], contextlib.AbstractContextManager] | None = None) -> bool:  # fmt: skip
     """Make inductor's GPU benchmarker give each configuration at most `max_ms` and `max_runs` runs after
     `cache_flushes` writes that flush the L2 cache, its time estimated from `estimation_runs` runs first, in
     this process, unless a caller asks otherwise; False where this torch's benchmarker does not take these
-    settings (it is then left as it is). `before_each()`, where given, is called before each configuration's
-    benchmark: between two, the autotuning may let a timing of another task go first (see
-    device_lock.yield_to_timings)."""
+    settings (it is then left as it is). Each benchmark, where `around_each` is given, runs within the context
+    `around_each()` makes: the GPU's hold it needs (see device_lock.holding_for_device_work), since inductor
+    also benchmarks while it compiles (a matmul with and without padding), when the task holds nothing."""
     try:
         from torch._inductor.runtime.benchmarking import InductorBenchmarker
     except ImportError:
@@ -49,10 +50,8 @@ def bound_autotuning(max_ms: float, max_runs: int, cache_flushes: int, estimatio
 
     @functools.wraps(original)
     def benchmark_gpu(self, _callable, *args, **kwargs):
-        if before_each is not None:
-            before_each()
-        kwargs = settings | kwargs
-        return original(self, _callable, *args, **kwargs)
+        with around_each() if around_each is not None else contextlib.nullcontext():
+            return original(self, _callable, *args, **settings | kwargs)
 
     benchmark_gpu.bounded = True
     InductorBenchmarker.benchmark_gpu = benchmark_gpu

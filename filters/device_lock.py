@@ -211,6 +211,24 @@ def yield_to_timings(lock, finish_device_work) -> bool:
 
 
 @contextlib.contextmanager
+def holding_for_device_work(lock, finish_device_work):
+    """A piece of device work that may come while its task holds `lock` or while it holds nothing: held shared,
+    a timing waiting goes first (`yield_to_timings`); holding nothing (inductor benchmarking a matmul with and
+    without padding while it compiles, which holds nothing), the work takes the lock's shared mode, finished
+    (`finish_device_work()`) before it lets go, so that it never runs beside another task's timing: such
+    benchmarks saturate the GPU for milliseconds. Any other lock (none, a CPU run's) is left as it is."""
+    if not isinstance(lock, DeviceLock) or lock.held:
+        yield_to_timings(lock, finish_device_work)
+        yield
+        return
+    with lock.shared():
+        try:
+            yield
+        finally:
+            finish_device_work()
+
+
+@contextlib.contextmanager
 def pausing_between_modules(pause):
     """Within the block, `pause()` is called as any module registers a submodule, a parameter or a buffer (a
     model being built) and before any module's forward (the submodules of a first forward): points between a

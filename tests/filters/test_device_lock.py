@@ -295,3 +295,27 @@ def test_a_models_building_and_forward_pause_between_its_modules_and_only_inside
     total = len(pauses)
     build()(torch.randn(2, 4))
     assert len(pauses) == total  # the hooks went with the block
+
+
+def test_device_work_that_comes_holding_nothing_takes_the_shared_hold_and_finishes_before_letting_go(tmp_path):
+    """A benchmark of inductor's compiling holds nothing of its own: it takes the shared hold, its device work
+    finished before it lets go; held already, the work only steps aside for a waiting timing; any other lock is
+    left alone."""
+    import contextlib
+
+    from opsynth.filters.device_lock import DeviceLock, holding_for_device_work
+
+    lock = DeviceLock(str(tmp_path / "gpu0"), slots=3, gather_s=0)
+    events = []
+    with holding_for_device_work(lock, lambda: events.append(("finished", lock.held))):
+        events.append(("working", lock.held, lock.sharing))
+    assert events == [("working", True, True), ("finished", True)]
+    assert not lock.held and not lock.sharing
+    with lock.shared():
+        with holding_for_device_work(lock, lambda: events.append("finished again")):
+            assert lock.sharing  # the task's own hold, kept: no timing waits, nothing to finish
+        assert lock.held
+    assert events[-1] != "finished again"
+    with holding_for_device_work(contextlib.nullcontext(), lambda: events.append("cpu")):
+        pass
+    assert events[-1] != "cpu"
