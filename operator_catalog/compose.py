@@ -105,7 +105,7 @@ def _within_budget(batch: int, rest: list[int], workload: Workload) -> tuple[int
     return shape
 
 
-def shrunk_extents(extents: list[int], factor: float) -> list[int]:
+def shrunk_extents(extents: tuple[int, ...], factor: float) -> list[int]:
     """Spatial extents shrunk together so that their product moves by about `factor` (< 1), each at least 1."""
     each = factor ** (1 / len(extents))
     return [max(1, round(e * each)) for e in extents]

@@ -95,7 +95,7 @@ def rescale_candidate(
     for made in _rescaled_at_shares(candidate, factor, workload, op_weights):
         rescaled = made if rescaled is None or miss(made) < miss(rescaled) else rescaled
         if miss(rescaled) <= math.log(RESCALE_TOLERANCE):
-            break  # a wider share would not move it nearer
+            break  # near enough: the wider shares are not made
     if rescaled is None:
         return None
     if rescaled.input_shapes == candidate.input_shapes:
