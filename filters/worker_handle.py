@@ -26,6 +26,7 @@ from opsynth.filters.worker_process import EXECUTE, Cage, WorkerSetup
 from opsynth.reasons import Verdict
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch, creating a CUDA context and a first compile, once per worker
+EXIT_GRACE_S = 5.0  # what a pool's idle workers are given together to exit when it closes
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,8 @@ class WorkerHandle:
         now = None if self.cpu_at_hand is None else cpu_seconds(self.task_pid)
         return None if now is None else now - self.cpu_at_hand
 
-    def kill(self) -> None:
-        """Kill the worker and everything it started, and remove its scratch folder."""
+    def send_kill(self) -> None:
+        """SIGKILL to the worker and everything it started, not waiting for them to go."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -143,6 +144,10 @@ class WorkerHandle:
                 self.process.kill()
         if self.cgroup is not None:
             self.cgroup.kill()
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started, and remove its scratch folder."""
+        self.send_kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
         self.conn.close()
@@ -156,9 +161,21 @@ def ask_to_exit(workers: list[WorkerHandle]) -> None:
 
 
 def shut_down(workers: list[WorkerHandle], root: str) -> None:
-    ask_to_exit(workers)
+    """Stop a pool's workers: one with a job in hand is killed at once (the pool is closing, as on Ctrl-C, so
+    nothing will read its verdict, and it reads its pipe only between jobs); the others are asked to exit and
+    given EXIT_GRACE_S together for their device contexts' teardown, then killed where still there. (A grace per
+    worker in turn could keep a pool of 14 busy workers closing for over a minute.)"""
+    idle = [w for w in workers if not w.working()]
     for w in workers:
+        if w.working():
+            w.send_kill()
+    ask_to_exit(idle)
+    deadline = time.monotonic() + EXIT_GRACE_S
+    for w in idle:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            w.process.wait(timeout=5)
+            w.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for w in workers:
+        w.send_kill()  # all of them dying together: each kill below then only waits for its own to go
+    for w in workers:
         w.kill()
     shutil.rmtree(root, ignore_errors=True)

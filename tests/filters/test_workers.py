@@ -237,3 +237,47 @@ def test_task_code_sees_a_scratch_home_but_the_compile_caches_where_the_user_has
     assert env["PYTORCH_KERNEL_CACHE_PATH"] == "/home/u/.cache/torch/kernels"
     xdg = task_environment({**user, "XDG_CACHE_HOME": "/c"}, str(tmp_path), [])
     assert xdg["PYTORCH_KERNEL_CACHE_PATH"] == "/c/torch/kernels" and "XDG_CACHE_HOME" not in xdg
+
+
+def test_a_closing_pool_kills_its_busy_workers_at_once_and_gives_the_idle_ones_one_grace_together(
+    tmp_path, monkeypatch
+):
+    import subprocess
+    import time
+
+    import opsynth.filters.worker_handle as handle
+
+    monkeypatch.setattr(handle, "EXIT_GRACE_S", 0.2)
+    events = []
+
+    class Process:  # one that never exits by itself
+        def wait(self, timeout):
+            events.append(("wait", self.name, timeout))
+            time.sleep(timeout)
+            raise subprocess.TimeoutExpired("worker", timeout)
+
+    class Conn:
+        def send(self, message):
+            events.append(("asked", self.name))
+
+    class Worker:
+        def __init__(self, name, busy):
+            self.busy, self.process, self.conn = busy, Process(), Conn()
+            self.process.name = self.conn.name = self.name = name
+
+        def working(self):
+            return self.busy
+
+        def send_kill(self):
+            events.append(("signal", self.name))
+
+        def kill(self):
+            events.append(("killed", self.name))
+
+    workers = [Worker(f"idle{i}", False) for i in range(4)] + [Worker("busy", True)]
+    handle.shut_down(workers, str(tmp_path / "root"))
+    assert events[0] == ("signal", "busy")  # before anything is waited for
+    assert ("asked", "busy") not in events and not any(e[:2] == ("wait", "busy") for e in events)
+    assert {e[1] for e in events if e[0] == "asked"} == {f"idle{i}" for i in range(4)}
+    assert sum(e[2] for e in events if e[0] == "wait") <= 0.2  # one grace for all four, not 0.2 s each
+    assert {e[1] for e in events if e[0] == "killed"} == {w.name for w in workers}
