@@ -3,8 +3,9 @@
 # for at most LEG_S seconds (then sends SIGINT, Ctrl-C's signal: generate records its session and stops), samples
 # the GPU's use and the verdicts checkpointed every 5 s, and packs the run folder into $OUT in parts of at most
 # 15 MB; the next leg, which may start on a fresh machine, resumes it from those parts put in .gpu-state/ (where
-# RUN is absent). When the run finishes, the dataset folder (without its work files) is packed as dataset.tgz.*
-# parts, which a later call unpacks the same way.
+# RUN is absent), with run.code beside them: only the code that made it resumes it, unless RESUME_OTHER_CODE=1.
+# When the run finishes, the dataset folder (without its work files) is packed as dataset.tgz.* parts, which a
+# later call unpacks the same way.
 #
 # Before the leg: CHECK=1 runs the GPU tests and stops there if they fail; VALIDATE=1 validates the released
 # examples in DATA (default .gpu-data); REMEASURE=FILE validates the tasks of a Parquet file with one worker (to
@@ -26,6 +27,21 @@ LEG_S=${LEG_S:-540}
 ARGS=${ARGS:---preset ops6k --device cuda --seed 11}
 DEVICE=${DEVICE:-cuda}  # of the validations
 mkdir -p "$OUT" "$(dirname "$RUN")"
+code_id() {  # the installed package's code: its Python files, hashed
+  python3 -c 'import hashlib, pathlib, opsynth
+root = pathlib.Path(opsynth.__file__).parent
+digest = hashlib.sha256()
+for f in sorted(root.rglob("*.py")):
+    digest.update(str(f.relative_to(root)).encode() + f.read_bytes())
+print(digest.hexdigest()[:16])'
+}
+CODE=$(code_id)
+if [ ! -d "$RUN" ] && ls .gpu-state/run.tgz.* >/dev/null 2>&1 && [ -z "${RESUME_OTHER_CODE:-}" ] \
+  && [ "$(cat .gpu-state/run.code 2>/dev/null)" != "$CODE" ]; then  # a stale run left in .gpu-state
+  echo "the carried run in .gpu-state was made by other code ($(cat .gpu-state/run.code 2>/dev/null || echo unknown)," \
+    "installed: $CODE): empty .gpu-state, or set RESUME_OTHER_CODE=1 to resume it anyway"
+  exit 2
+fi
 for packed in run dataset; do  # a run to resume, or a finished one (to re-measure: RESAMPLE, VALIDATE=after)
   if [ ! -d "$RUN" ] && ls .gpu-state/$packed.tgz.* >/dev/null 2>&1; then
     cat .gpu-state/$packed.tgz.* | tar xzf - -C "$(dirname "$RUN")"
@@ -96,5 +112,6 @@ if [ -f "$RUN/stats.json" ]; then
   tar czf - -C "$(dirname "$RUN")" --exclude=.opsynth "$(basename "$RUN")" | split -b 15M - "$OUT/dataset.tgz."
 else
   tar czf - -C "$(dirname "$RUN")" "$(basename "$RUN")" | split -b 15M - "$OUT/run.tgz."
+  echo "$CODE" >"$OUT/run.code"  # carried with the parts: the next leg resumes it only with the same code
 fi
 ls -la "$OUT"
