@@ -5,10 +5,16 @@ structure never change; each step aims at a point inside the window (in log term
 its low to its high end), and a bounded number of steps is tried before the last verdict stands. A rescaled
 candidate runs as soon as its last verdict comes in, ahead of candidates not yet started, so a batch never
 waits for a slow first measurement of the others before the re-measures begin.
+
+A first try may carry a ceiling (`first_try`): a task whose first timed forward is over it, though inside the
+window, stops there and is shrunk toward half the ceiling. On one H200 the sizing's prediction missed some
+operators by 30-40 times (`torch.median`, `torch.topk`, `torch.isin` ran 60-80 ms where 2 ms was aimed at), and
+such a task, kept as drawn, cost the GPU about 30 times its eager time in its checks and timings.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -59,6 +65,18 @@ def may_reach(eager_ms: float, growth: float, window: tuple[float, float], margi
     return low * slack <= predicted <= high / slack
 
 
+def first_try(job: Job, ceiling_ms: float | None) -> Job:
+    """`job` as a first try: with `ceiling_ms` (None: none)."""
+    return job if ceiling_ms is None else dataclasses.replace(job, ceiling_ms=ceiling_ms)
+
+
+def ceiling_shrink(eager_ms: float, ceiling_ms: float, max_factor: float) -> float:
+    """The scale of a task stopped at a first try's ceiling: toward half the ceiling, at most `max_factor` less.
+    Its forward was timed beside other tasks' work, which lengthens it (up to about the number of tasks sharing
+    the GPU), so it is aimed between the calibration's aim and the ceiling rather than at the aim."""
+    return min(1.0, max(ceiling_ms / 2 / max(eager_ms, 1e-6), 1 / max_factor))
+
+
 def _summed_phases(verdicts: list[Verdict]) -> dict[str, float]:
     total: dict[str, float] = {}
     for v in verdicts:
@@ -81,18 +99,28 @@ def run_calibrated(
     skip: Callable[[int], Verdict | None] | None = None,
     ahead: Callable[[], Job | None] | None = None,
     margin: float = 0.0,
+    ceiling_ms: float | None = None,
 ) -> list[tuple[T, Verdict, int]]:
     """(final item, its verdict, calibration steps taken) per input item, in order. `rescale` returns None
     where an item cannot be rescaled further (a size limit); `size(item)` (its elements), where given, lets a
     rescaled item that cannot reach the window (see `may_reach`; `margin`: the verdicts' keep margin) keep its
     verdict unexecuted. The final verdict's `phase_s` sums every step's. `on_result(i, result)` is called as item
     i's result is final, in the order they finish. `skip(i)` may decide item i, first measure or re-measure,
-    without running it (see `WorkerPool.run`), as `ahead()` may start a job of a later run."""
+    without running it (see `WorkerPool.run`), as `ahead()` may start a job of a later run (a first try, made
+    with `first_try` and the same `ceiling_ms`). An item stopped at its first try's ceiling runs again, shrunk
+    (`ceiling_shrink`) where `rescale` can, else as it is, without a ceiling: that verdict is never final."""
     current = list(items)
     earlier: list[list[Verdict]] = [[] for _ in items]
     final: list[tuple[T, Verdict, int] | None] = [None] * len(items)
 
     def follow_up(i: int, verdict: Verdict) -> Job | None:
+        ceiling = verdict.measurements.get("ceiling_ms")
+        if ceiling is not None:
+            earlier[i].append(verdict)
+            rescaled = rescale(current[i], ceiling_shrink(verdict.measurements["eager_ms"], ceiling, max_factor))
+            if rescaled is not None:
+                current[i] = rescaled
+            return job_of(current[i])
         if verdict.reason not in (RUNTIME_BELOW_WINDOW, RUNTIME_ABOVE_WINDOW) or len(earlier[i]) >= tries:
             return None
         eager_ms = verdict.measurements["eager_ms"]
@@ -113,6 +141,6 @@ def run_calibrated(
         if on_result is not None:
             on_result(i, final[i])
 
-    verdicts = pool.run([job_of(item) for item in items], follow_up, on_final, skip, ahead)
+    verdicts = pool.run([first_try(job_of(item), ceiling_ms) for item in items], follow_up, on_final, skip, ahead)
     # A place that never got a final verdict (the pool gave up on it) keeps the pool's verdict for it.
     return [f if f is not None else (current[i], verdicts[i], len(earlier[i])) for i, f in enumerate(final)]

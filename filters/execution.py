@@ -125,19 +125,23 @@ def execution_config(
     )
 
 
-def run_checks(source: str, seed: int, cfg: ExecutionConfig, device_lock=None) -> Verdict:
+def run_checks(
+    source: str, seed: int, cfg: ExecutionConfig, device_lock=None, ceiling_ms: float | None = None
+) -> Verdict:
     """Every execution check of one task, in-process; `WorkerPool` calls this inside its workers.
 
     `device_lock`, shared by the workers of one GPU, is held while the task runs on the device: alone for its
     timings, since kernels of two processes on one GPU slow each other, which would make a task's measured time
     depend on its neighbour; in its shared mode (alone too, unless the lock has several slots) for the rest of
     its device work. Loading and compiling (host work) hold nothing. Every verdict carries `phase_s`, the
-    seconds spent in each of `PHASES`."""
+    seconds spent in each of `PHASES`. `ceiling_ms` (a first try's, filters.calibration): a task whose first
+    timed forward is over it stops there, `runtime_above_window` with `ceiling_ms` among its measurements."""
     clock = PhaseClock()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a task's own warnings (deprecated spellings) say nothing about it
-            verdict = Verdict(KEEP, "", _checks(source, seed, cfg, device_lock or contextlib.nullcontext(), clock))
+            lock = device_lock or contextlib.nullcontext()
+            verdict = Verdict(KEEP, "", _checks(source, seed, cfg, lock, clock, ceiling_ms))
     except CheckFailed as failed:
         verdict = failed.verdict
     except Exception as e:
@@ -191,7 +195,9 @@ def _check_window(measurements: dict[str, Any], window: tuple[float, float], mar
         raise CheckFailed(RUNTIME_ABOVE_WINDOW, f"eager {eager_ms:.4f} ms > {high} ms{inside}", measurements)
 
 
-def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: PhaseClock) -> dict[str, Any]:
+def _checks(
+    source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: PhaseClock, ceiling_ms: float | None = None
+) -> dict[str, Any]:
     """The measurements of a task that passes; raises CheckFailed with the first reason it fails.
 
     The forwards of the draws and of the rerun are timed (CUDA events, or the host clock on the CPU): a task
@@ -248,6 +254,10 @@ def _checks(source: str, seed: int, cfg: ExecutionConfig, device_lock, clock: Ph
                     pause()
                     out, ms = timed_forward(model, draw(i), cuda)
                     samples.append(ms)
+                    if i == 1 and ceiling_ms is not None and ms > ceiling_ms:
+                        ceiling = {"eager_ms": ms, "ceiling_ms": ceiling_ms}
+                        detail = f"eager {ms:.4f} ms > {ceiling_ms:g} ms, a first try's ceiling"
+                        raise CheckFailed(RUNTIME_ABOVE_WINDOW, detail, {**measurements, **ceiling})
                     if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
                         measurements["eager_ms"] = ms
                         _check_window(measurements, cfg.runtime_window_ms)

@@ -35,6 +35,7 @@ class Job:
     source: str  # the task program
     seed: int  # seeds the model's parameters and the input draws
     check: str = EXECUTE  # EXECUTE (every execution check) or SHAPES (loading and the shape check on meta)
+    ceiling_ms: float | None = None  # a first try's: stopped once a timed forward is over it (filters.calibration)
 
 
 def describe_exit(code: int | None) -> str:

@@ -216,7 +216,7 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
             return
         if job is None:
             return
-        verdict = _run_job(job.check, job.source, job.seed, setup)
+        verdict = _run_job(job.check, job.source, job.seed, setup, ceiling_ms=job.ceiling_ms)
         changed = integrity.changes(baseline, integrity.snapshot())
         if changed:
             verdict = Verdict(TAMPERING, integrity.describe(changed), verdict.measurements)
@@ -231,7 +231,14 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
             return
 
 
-def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tuple[float, float] | None = None):
+def _run_job(
+    check: str,
+    source: str,
+    seed: int,
+    setup: WorkerSetup,
+    window: tuple[float, float] | None = None,
+    ceiling_ms: float | None = None,
+):
     """The verdict of one job, in a fresh scratch folder (removed afterwards). Whatever the task raises, exits
     with included, costs this task only."""
     import dataclasses
@@ -247,7 +254,7 @@ def _run_job(check: str, source: str, seed: int, setup: WorkerSetup, window: tup
     try:
         if check == SHAPES:
             return check_shapes(source)
-        verdict = run_checks(source, seed, cfg, setup.device_lock)
+        verdict = run_checks(source, seed, cfg, setup.device_lock, ceiling_ms)
         if verdict.reason == OUT_OF_MEMORY and setup.gpu_index is not None and workers_per_gpu(cfg) > 1:
             verdict = _alone(source, seed, cfg, setup)
         return verdict

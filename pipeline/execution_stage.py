@@ -16,9 +16,10 @@ from opsynth.config import (
     CALIBRATION_TARGET,
     CALIBRATION_TRIES,
     EXECUTION_SPREAD,
+    FIRST_TRY_CEILING,
     WORKER_PREFIX,
 )
-from opsynth.filters.calibration import run_calibrated
+from opsynth.filters.calibration import aim_ms, first_try, run_calibrated
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.pipeline import lookahead
@@ -37,6 +38,20 @@ def _warn(message: str) -> None:
 
 def execution_job(candidate: Candidate) -> Job:
     return Job(f"{candidate.data_source}/{candidate.index}", candidate.code, candidate.seed)
+
+
+def first_try_ceiling(cfg: ExecutionConfig) -> float | None:
+    """The ceiling of a candidate's first try (filters.calibration) on CUDA, where a task far over the aim costs
+    device time in every check; none on the CPU, whose timings vary with the machine's load more than a verdict
+    may."""
+    if cfg.device != "cuda":
+        return None
+    return FIRST_TRY_CEILING * aim_ms(cfg.runtime_window_ms, CALIBRATION_TARGET)
+
+
+def first_job(candidate: Candidate, cfg: ExecutionConfig) -> Job:
+    """A candidate's first execution, as its round runs it or an earlier round starts it ahead."""
+    return first_try(execution_job(candidate), first_try_ceiling(cfg))
 
 
 def run_candidates(pool: WorkerPool, candidates: list[Candidate], workload: Workload, op_weights: str,
@@ -59,6 +74,7 @@ def run_candidates(pool: WorkerPool, candidates: list[Candidate], workload: Work
         skip=skip,
         ahead=ahead,
         margin=pool.cfg.keep_margin,
+        ceiling_ms=first_try_ceiling(pool.cfg),
     )
 
 
@@ -123,7 +139,7 @@ class _ExecuteBatchFn(beam.DoFn):
             next_round = lookahead.registered(self.progress_dir)
             ahead = None
             if next_round is not None and fill is not None:
-                ahead = lookahead.StartAhead(next_round, fill, todo, execution_job)
+                ahead = lookahead.StartAhead(next_round, fill, todo, lambda c: first_job(c, self.pool.cfg))
 
             def on_result(i: int, result: tuple) -> None:
                 if ahead is not None:

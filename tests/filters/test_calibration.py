@@ -136,3 +136,33 @@ def test_only_the_part_of_a_time_that_sizes_scale_is_scaled_toward_the_aim():
     assert rescale_factor(0.11, (1.0, 100.0), 1e6, 0.25, fixed_ms=0.1) == pytest.approx((aim - 0.1) / 0.01)
     # launches alone past the aim: the whole time is scaled, as without a fixed part
     assert rescale_factor(20.0, (1.0, 100.0), 64, 0.25, fixed_ms=5.0) == pytest.approx(aim / 20.0)
+
+
+def test_a_first_try_over_its_ceiling_runs_again_shrunk_or_else_as_it_is_and_its_stop_is_never_final():
+    """A ceiling of 0 ms stops every first try (any forward is over it): the task runs again without one, shrunk
+    toward half the ceiling where the caller can rescale it (here at most 16-fold), else as it was."""
+    from opsynth.filters.calibration import ceiling_shrink, first_try
+
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1000.0), timeout_s=30, compile_check=False,
+                          warmup=1, iters=2, workers=1)  # fmt: skip
+    handed = []
+
+    def job_of(batch):
+        handed.append(batch)
+        return Job(str(batch), SLEEPY.replace("BATCH", str(batch)), 0)
+
+    def run(rescale):
+        handed.clear()
+        with WorkerPool(cfg) as pool:
+            return run_calibrated(pool, [64], job_of=job_of, rescale=rescale, window=cfg.runtime_window_ms,
+                                  tries=3, max_factor=16, ceiling_ms=0.0)  # fmt: skip
+
+    ((batch, verdict, steps),) = run(lambda b, f: max(1, round(b * f)))
+    assert (batch, verdict.reason, steps, handed) == (4, KEEP, 1, [64, 4])  # shrunk 16-fold, the bound
+    assert "ceiling_ms" not in verdict.measurements and verdict.measurements["phase_s"]["load"] > 0
+    ((batch, verdict, steps),) = run(lambda b, f: None)
+    assert (batch, verdict.reason, steps, handed) == (64, KEEP, 1, [64, 64])
+    assert ceiling_shrink(60.0, 8.0, 64) == pytest.approx(4 / 60) and ceiling_shrink(60.0, 8.0, 4) == 0.25
+    assert ceiling_shrink(3.0, 8.0, 64) == 1.0  # never grown
+    job = Job("k", "source", 1)
+    assert first_try(job, None) is job and first_try(job, 8.0).ceiling_ms == 8.0

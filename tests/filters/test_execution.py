@@ -96,6 +96,15 @@ def test_runtime_below_window():
     assert verdict.measurements["eager_ms"] < 1000.0
 
 
+def test_a_first_try_stops_at_its_ceiling_with_its_first_timed_forward_and_the_ceiling_it_passed():
+    stopped = run_checks(fixtures.GOOD, 1, CPU, ceiling_ms=0.0)  # any forward is over a ceiling of 0 ms
+    assert stopped.reason == RUNTIME_ABOVE_WINDOW and "a first try's ceiling" in stopped.detail
+    assert stopped.measurements["ceiling_ms"] == 0.0 and stopped.measurements["eager_ms"] > 0
+    assert "phase_s" in stopped.measurements and "compile_ms" not in stopped.measurements
+    kept = run_checks(fixtures.GOOD, 1, CPU, ceiling_ms=1e9)
+    assert kept.kept and "ceiling_ms" not in kept.measurements
+
+
 def test_verdict_does_not_depend_on_the_seed_for_a_good_task():
     assert all(run_checks(fixtures.GOOD, seed, CPU).kept for seed in (0, 1, 2**62))
 

@@ -186,6 +186,20 @@ def test_an_execution_stage_asked_for_one_accepted_candidate_runs_no_more_than_i
     assert len(ExecutionProgress(str(progress)).load().done) == 2
 
 
+def test_a_first_try_has_a_ceiling_on_cuda_only_four_times_the_calibration_aim_however_it_is_started():
+    import dataclasses
+
+    from opsynth.pipeline.execution_stage import execution_job, first_job, first_try_ceiling
+
+    cuda = ExecutionConfig(device="cuda", runtime_window_ms=(1.0, 100.0), timeout_s=30, compile_check=True)
+    assert first_try_ceiling(cuda) == pytest.approx(8.0, rel=0.01)  # the aim is 2.0 ms
+    assert first_try_ceiling(dataclasses.replace(cuda, device="cpu")) is None  # load-dependent there
+    candidate = _candidate(0, fixtures.GOOD)
+    assert first_job(candidate, cuda) == dataclasses.replace(
+        execution_job(candidate), ceiling_ms=first_try_ceiling(cuda)
+    )
+
+
 def test_a_batch_runs_its_heaviest_data_sources_first_and_each_source_in_index_order():
     from dataclasses import replace
 
