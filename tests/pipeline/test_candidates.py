@@ -14,6 +14,17 @@ from opsynth.records import CandidateSpec
 FINGERPRINT = "87b09f960b619bc10e625f52f3d4b1b37d396ae9fae41398e79d1acc478727b3"
 
 
+def composed(sources, count: int, first_seed: int, workload):
+    """(source, candidate) for the first `count` indices of each source, seeded from `first_seed` on, those that
+    compose."""
+    for source in sources:
+        for index in range(count):
+            try:
+                yield source, make_candidate(CandidateSpec(source, index, first_seed + index), workload, 1.0, "ops6k")
+            except CompositionError:
+                continue
+
+
 def test_the_first_candidates_of_every_data_source_are_those_of_the_catalog_version():
     digest = hashlib.sha256()
     for workload in ("tiny", "gpu"):
@@ -60,23 +71,18 @@ def test_a_torch_chain_grown_may_take_the_whole_budget_for_its_input_a_transform
     assert input_shares(workload) == (1, 2, 4) and input_shares(replace(workload, input_share=3)) == (1, 2, 3)
     share = workload.max_elements // workload.input_share
     past_share = 0
-    for source in ("torch#1", "torch#2", "transformers"):
-        for index in range(8):
-            try:
-                original = make_candidate(CandidateSpec(source, index, 1000 + index), workload, 1.0, "ops6k")
-            except CompositionError:
-                continue
-            shrunk = rescale_candidate(original, 1e-3, workload, "ops6k")
-            assert shrunk is None or input_elements(shrunk) < input_elements(original)
-            rescaled = rescale_candidate(original, 1e6, workload, "ops6k")
-            if rescaled is None:
-                continue
-            assert rescaled.ops == original.ops
-            assert input_elements(rescaled) <= workload.max_elements * len(rescaled.input_shapes)
-            if source == "transformers":
-                assert all(math.prod(s["shape"]) <= share for s in rescaled.input_shapes)
-            else:
-                past_share += input_elements(rescaled) > share
+    for source, original in composed(("torch#1", "torch#2", "transformers"), 8, 1000, workload):
+        shrunk = rescale_candidate(original, 1e-3, workload, "ops6k")
+        assert shrunk is None or input_elements(shrunk) < input_elements(original)
+        rescaled = rescale_candidate(original, 1e6, workload, "ops6k")
+        if rescaled is None:
+            continue
+        assert rescaled.ops == original.ops
+        assert input_elements(rescaled) <= workload.max_elements * len(rescaled.input_shapes)
+        if source == "transformers":
+            assert all(math.prod(s["shape"]) <= share for s in rescaled.input_shapes)
+        else:
+            past_share += input_elements(rescaled) > share
     assert past_share >= 4
 
 
@@ -91,17 +97,12 @@ def test_a_rescaled_candidates_input_moves_by_about_the_factor_asked():
 
     workload = replace(WORKLOADS["gpu"], max_elements=1 << 31)
     moved = {0.1: [], 0.4: [], 1.3: []}
-    for source in ("torch#1", "torch#2", "torch#3"):
-        for index in range(20):
-            try:
-                original = make_candidate(CandidateSpec(source, index, 5000 + index), workload, 1.0, "ops6k")
-            except CompositionError:
-                continue
-            for factor, ratios in moved.items():
-                rescaled = rescale_candidate(original, factor, workload, "ops6k")
-                if rescaled is not None:
-                    assert rescaled.ops == original.ops
-                    ratios.append(input_elements(rescaled) / input_elements(original) / factor)
+    for _, original in composed(("torch#1", "torch#2", "torch#3"), 20, 5000, workload):
+        for factor, ratios in moved.items():
+            rescaled = rescale_candidate(original, factor, workload, "ops6k")
+            if rescaled is not None:
+                assert rescaled.ops == original.ops
+                ratios.append(input_elements(rescaled) / input_elements(original) / factor)
     for factor, ratios in moved.items():
         near = sum(1 / 1.25 <= r <= 1.25 for r in ratios)
         assert len(ratios) >= 40 and near >= 0.9 * len(ratios), (factor, sorted(ratios))
