@@ -99,16 +99,17 @@ def run_calibrated(
     skip: Callable[[int], Verdict | None] | None = None,
     ahead: Callable[[], Job | None] | None = None,
     margin: float = 0.0,
-    ceiling_ms: float | None = None,
+    first_job_of: Callable[[T], Job] | None = None,
 ) -> list[tuple[T, Verdict, int]]:
     """(final item, its verdict, calibration steps taken) per input item, in order. `rescale` returns None
     where an item cannot be rescaled further (a size limit); `size(item)` (its elements), where given, lets a
     rescaled item that cannot reach the window (see `may_reach`; `margin`: the verdicts' keep margin) keep its
     verdict unexecuted. The final verdict's `phase_s` sums every step's. `on_result(i, result)` is called as item
     i's result is final, in the order they finish. `skip(i)` may decide item i, first measure or re-measure,
-    without running it (see `WorkerPool.run`), as `ahead()` may start a job of a later run (a first try, made
-    with `first_try` and the same `ceiling_ms`). An item stopped at its first try's ceiling runs again, shrunk
-    (`ceiling_shrink`) where `rescale` can, else as it is, without a ceiling: that verdict is never final."""
+    without running it (see `WorkerPool.run`), as `ahead()` may start a job of a later run (made as
+    `first_job_of` makes an item's first job: `job_of` unless given, or a first try with a ceiling, `first_try`).
+    An item stopped at its first try's ceiling runs again (`job_of`), shrunk (`ceiling_shrink`) where `rescale`
+    can, else as it is: that verdict is never final."""
     current = list(items)
     earlier: list[list[Verdict]] = [[] for _ in items]
     final: list[tuple[T, Verdict, int] | None] = [None] * len(items)
@@ -141,6 +142,7 @@ def run_calibrated(
         if on_result is not None:
             on_result(i, final[i])
 
-    verdicts = pool.run([first_try(job_of(item), ceiling_ms) for item in items], follow_up, on_final, skip, ahead)
+    first_job_of = first_job_of or job_of
+    verdicts = pool.run([first_job_of(item) for item in items], follow_up, on_final, skip, ahead)
     # A place that never got a final verdict (the pool gave up on it) keeps the pool's verdict for it.
     return [f if f is not None else (current[i], verdicts[i], len(earlier[i])) for i, f in enumerate(final)]

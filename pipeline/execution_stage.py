@@ -74,7 +74,7 @@ def run_candidates(pool: WorkerPool, candidates: list[Candidate], workload: Work
         skip=skip,
         ahead=ahead,
         margin=pool.cfg.keep_margin,
-        ceiling_ms=first_try_ceiling(pool.cfg),
+        first_job_of=lambda c: first_job(c, pool.cfg),
     )
 
 

@@ -12,6 +12,10 @@ SLEEPY = fixtures.task("import time\ntime.sleep(x.shape[0] * 1e-4)\nreturn x * 2
 )
 
 
+def sleepy_job(batch: int) -> Job:
+    return Job(str(batch), SLEEPY.replace("BATCH", str(batch)), 0)
+
+
 def test_rescale_factor_aims_at_the_windows_geometric_middle_by_default():
     assert rescale_factor(1.0, (1.0, 100.0), 64) == pytest.approx(10.0)
     assert rescale_factor(0.1, (1.0, 100.0), 64) == 64  # one step is bounded
@@ -26,7 +30,7 @@ def test_a_task_below_the_window_is_rescaled_until_it_lands_in_it():
         results = run_calibrated(
             pool,
             [4, 2000],
-            job_of=lambda batch: Job(str(batch), SLEEPY.replace("BATCH", str(batch)), 0),
+            job_of=sleepy_job,
             rescale=lambda batch, factor: max(1, round(batch * factor)) if batch * factor < 5000 else None,
             window=cfg.runtime_window_ms,
             tries=3,
@@ -45,7 +49,7 @@ def test_rescaling_stops_when_the_caller_says_it_cannot():
                           warmup=1, iters=2, workers=1)  # fmt: skip
     with WorkerPool(cfg) as pool:
         ((batch, verdict, steps),) = run_calibrated(
-            pool, [2], job_of=lambda b: Job("t", SLEEPY.replace("BATCH", str(b)), 0),
+            pool, [2], job_of=sleepy_job,
             rescale=lambda b, f: None, window=cfg.runtime_window_ms, tries=3, max_factor=64,
         )  # fmt: skip
     assert (batch, verdict.reason, steps) == (2, RUNTIME_BELOW_WINDOW, 0)
@@ -57,15 +61,10 @@ def test_a_task_whose_sizes_cannot_grow_enough_is_decided_without_another_execut
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(20.0, 80.0), timeout_s=30, compile_check=False,
                           warmup=1, iters=2, workers=1)  # fmt: skip
     executed = []
-
-    def job_of(batch):
-        executed.append(batch)
-        return Job(str(batch), SLEEPY.replace("BATCH", str(batch)), 0)
-
     with WorkerPool(cfg) as pool:
         ((batch, verdict, steps),) = run_calibrated(
-            pool, [4], job_of=job_of, rescale=lambda b, f: min(8, round(b * f)), window=cfg.runtime_window_ms,
-            tries=3, max_factor=64, size=lambda b: b,
+            pool, [4], job_of=lambda b: executed.append(b) or sleepy_job(b), rescale=lambda b, f: min(8, round(b * f)),
+            window=cfg.runtime_window_ms, tries=3, max_factor=64, size=lambda b: b,
         )  # fmt: skip
     assert (batch, verdict.reason, steps, executed) == (4, RUNTIME_BELOW_WINDOW, 0, [4])
 
@@ -147,15 +146,12 @@ def test_a_first_try_over_its_ceiling_runs_again_shrunk_or_else_as_it_is_and_its
                           warmup=1, iters=2, workers=1)  # fmt: skip
     handed = []
 
-    def job_of(batch):
-        handed.append(batch)
-        return Job(str(batch), SLEEPY.replace("BATCH", str(batch)), 0)
-
     def run(rescale):
         handed.clear()
         with WorkerPool(cfg) as pool:
-            return run_calibrated(pool, [64], job_of=job_of, rescale=rescale, window=cfg.runtime_window_ms,
-                                  tries=3, max_factor=16, ceiling_ms=0.0)  # fmt: skip
+            return run_calibrated(pool, [64], job_of=lambda b: handed.append(b) or sleepy_job(b), rescale=rescale,
+                                  window=cfg.runtime_window_ms, tries=3, max_factor=16,
+                                  first_job_of=lambda b: first_try(handed.append(b) or sleepy_job(b), 0.0))  # fmt: skip
 
     ((batch, verdict, steps),) = run(lambda b, f: max(1, round(b * f)))
     assert (batch, verdict.reason, steps, handed) == (4, KEEP, 1, [64, 4])  # shrunk 16-fold, the bound
