@@ -30,6 +30,8 @@ REACH_MARGIN = 0.5  # a rescaled task predicted below half the window's low end 
 # re-run three times each, the budget letting each step grow them by a few percent, and ended below the window.
 SMALL_STEP = 1.5
 STEP_NOISE = 0.95
+# In the final verdict of an item whose first try stopped at its ceiling: the time of the forward that stopped it.
+CEILING_STOP = "ceiling_stop_ms"
 
 
 def aim_ms(window: tuple[float, float], target: float = 0.5) -> float:
@@ -109,7 +111,8 @@ def run_calibrated(
     without running it (see `WorkerPool.run`), as `ahead()` may start a job of a later run (made as
     `first_job_of` makes an item's first job: `job_of` unless given, or a first try with a ceiling, `first_try`).
     An item stopped at its first try's ceiling runs again (`job_of`), shrunk (`ceiling_shrink`) where `rescale`
-    can, else as it is: that verdict is never final."""
+    can, else as it is: that verdict is never final; the final one records the stopped forward's time
+    (CEILING_STOP)."""
     current = list(items)
     earlier: list[list[Verdict]] = [[] for _ in items]
     final: list[tuple[T, Verdict, int] | None] = [None] * len(items)
@@ -136,8 +139,11 @@ def run_calibrated(
 
     def on_final(i: int, verdict: Verdict) -> None:
         if earlier[i]:
-            phases = _summed_phases([*earlier[i], verdict])
-            verdict = Verdict(verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": phases})
+            added = {"phase_s": _summed_phases([*earlier[i], verdict])}
+            stopped = [v for v in earlier[i] if "ceiling_ms" in v.measurements]
+            if stopped:
+                added[CEILING_STOP] = round(stopped[0].measurements["eager_ms"], 4)
+            verdict = Verdict(verdict.reason, verdict.detail, {**verdict.measurements, **added})
         final[i] = (current[i], verdict, len(earlier[i]))
         if on_result is not None:
             on_result(i, final[i])

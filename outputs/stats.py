@@ -131,6 +131,8 @@ def build_stats(
             # Executions of candidates on the device, calibration's re-measures included, and per row written.
             "executions": executions,
             "executions_per_row": round(executions / rows, 3) if rows else None,
+            # Of them, first tries stopped at their first timed forward, over their ceiling (CUDA).
+            "ceiling_stops": sum(r.get("ceiling_stops", 0) for r in rounds),
         },
         "gpu_busy": gpu_busy(sessions),
         "funnel": funnel,

@@ -18,6 +18,7 @@ from opsynth.pipeline.rounds import (
     REJECTED_SPOOL,
     SELECTED_SPOOL,
     WORK_FILE,
+    ceiling_stops,
     executions,
     leave_for_later_rounds,
     prepared_candidates,
@@ -48,7 +49,7 @@ class RunState:
         candidates past the fill point set aside, the selection's choice spooled with the rejections, the
         round's record, and the sources it showed exhausted retired, their missing rows given to another."""
         r, plan, round_dir = inputs.number, inputs.plan, inputs.round_dir
-        spent = executions(accepted, rejected)
+        spent, stopped = executions(accepted, rejected), ceiling_stops(accepted, rejected)
         accepted, rejected, aside = trim(accepted, rejected, asked, prepared_candidates(round_dir))
         self.not_needed += len(aside)
         self.timed += timed_predictions(accepted, rejected)
@@ -76,6 +77,7 @@ class RunState:
                 "not_needed": len(aside),
                 "resumed": resumed,
                 "executions": spent,
+                "ceiling_stops": stopped,
                 "stage_work_s": workfiles.read_json(workfiles.join(round_dir, WORK_FILE), {}),
                 "wall_s": round(time.monotonic() - started, 3),
             }

@@ -140,7 +140,7 @@ def test_only_the_part_of_a_time_that_sizes_scale_is_scaled_toward_the_aim():
 def test_a_first_try_over_its_ceiling_runs_again_shrunk_or_else_as_it_is_and_its_stop_is_never_final():
     """A ceiling of 0 ms stops every first try (any forward is over it): the task runs again without one, shrunk
     toward half the ceiling where the caller can rescale it (here at most 16-fold), else as it was."""
-    from opsynth.filters.calibration import ceiling_shrink, first_try
+    from opsynth.filters.calibration import CEILING_STOP, ceiling_shrink, first_try
 
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1000.0), timeout_s=30, compile_check=False,
                           warmup=1, iters=2, workers=1)  # fmt: skip
@@ -156,6 +156,7 @@ def test_a_first_try_over_its_ceiling_runs_again_shrunk_or_else_as_it_is_and_its
     ((batch, verdict, steps),) = run(lambda b, f: max(1, round(b * f)))
     assert (batch, verdict.reason, steps, handed) == (4, KEEP, 1, [64, 4])  # shrunk 16-fold, the bound
     assert "ceiling_ms" not in verdict.measurements and verdict.measurements["phase_s"]["load"] > 0
+    assert verdict.measurements[CEILING_STOP] > 0  # the stopped forward's time, for the run's account
     ((batch, verdict, steps),) = run(lambda b, f: None)
     assert (batch, verdict.reason, steps, handed) == (64, KEEP, 1, [64, 64])
     assert ceiling_shrink(60.0, 8.0, 64) == pytest.approx(4 / 60) and ceiling_shrink(60.0, 8.0, 4) == 0.25
