@@ -73,9 +73,10 @@ def first_try(job: Job, ceiling_ms: float | None) -> Job:
 
 
 def ceiling_shrink(eager_ms: float, ceiling_ms: float, max_factor: float) -> float:
-    """The scale of a task stopped at a first try's ceiling: toward half the ceiling, at most `max_factor` less.
-    Its forward was timed beside other tasks' work, which lengthens it (up to about the number of tasks sharing
-    the GPU), so it is aimed between the calibration's aim and the ceiling rather than at the aim."""
+    """The scale of a task stopped at a first try's ceiling, `eager_ms` its stopped forward's time over one more
+    than the tasks that shared the GPU with it (the least it may take alone): toward half the ceiling, at most
+    `max_factor` less. Alone it may take up to that many times more, so it is aimed between the calibration's aim
+    and the ceiling rather than at the aim."""
     return min(1.0, max(ceiling_ms / 2 / max(eager_ms, 1e-6), 1 / max_factor))
 
 
@@ -121,7 +122,8 @@ def run_calibrated(
         ceiling = verdict.measurements.get("ceiling_ms")
         if ceiling is not None:
             earlier[i].append(verdict)
-            rescaled = rescale(current[i], ceiling_shrink(verdict.measurements["eager_ms"], ceiling, max_factor))
+            alone_ms = verdict.measurements["eager_ms"] / (1 + verdict.measurements.get("sharers", 0))
+            rescaled = rescale(current[i], ceiling_shrink(alone_ms, ceiling, max_factor))
             if rescaled is not None:
                 current[i] = rescaled
             return job_of(current[i])

@@ -53,10 +53,11 @@ class DeviceLock:
         self._alone = False  # see `alone`
         self.held = False  # whether this process holds the lock (in either mode)
         self.sharing = False  # whether it holds it in the shared mode (see `step_aside`)
+        self._slot: int | None = None  # the slot it shares the GPU in, while it does
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "slots": self.slots, "gather_s": self.gather_s, "_fds": None, "_watch": None,
-                "_holds_watched": True, "_alone": False, "held": False, "sharing": False}  # fmt: skip
+                "_holds_watched": True, "_alone": False, "held": False, "sharing": False, "_slot": None}  # fmt: skip
 
     @contextlib.contextmanager
     def alone(self):
@@ -147,7 +148,15 @@ class DeviceLock:
                 self._released()
                 fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
         finally:
+            self._slot = None
             fcntl.flock(slot, fcntl.LOCK_UN)
+
+    def sharers(self) -> int:
+        """While this process shares the GPU: how many other tasks share it now (their slots taken), asked without
+        waiting; 0 otherwise."""
+        if not self.sharing or self._slot is None:
+            return 0
+        return sum(self._taken(f"slot{k}") for k in range(self.slots) if k != self._slot)
 
     def _gather(self) -> None:
         """Before a timing drains the tasks sharing the GPU: return once another timing has started a drain, or
@@ -193,6 +202,7 @@ class DeviceLock:
                 fd = self._fd(f"slot{k}")
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self._slot = k
                     return fd
                 except BlockingIOError:
                     continue
@@ -254,6 +264,12 @@ def pausing_between_modules(pause):
     finally:
         for handle in handles:
             handle.remove()
+
+
+def sharers(lock) -> int:
+    """How many other tasks share the GPU with this process now, where `lock` is a DeviceLock it shares (see
+    `DeviceLock.sharers`); 0 for any other lock."""
+    return lock.sharers() if isinstance(lock, DeviceLock) else 0
 
 
 def shared_mode(lock):

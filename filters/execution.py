@@ -3,7 +3,7 @@
 `run_checks` is the whole check of one task; it runs inside a worker process of `WorkerPool` (on CPU or CUDA,
 the same code path), so a crash, a hang or an out-of-memory costs only that task. The draws' output checks are
 in filters.output_checks, the compiled model in filters.compiled_model, how outcomes become verdicts in
-filters.verdicts, timing in filters.timing.
+filters.verdicts, timing in filters.timing, where a time stands against the window in filters.window_checks.
 """
 
 from __future__ import annotations
@@ -33,18 +33,16 @@ from opsynth.filters.timing import (
     timed_iters,
 )
 from opsynth.filters.verdicts import CheckFailed, classify_error, is_fatal_cuda_error
+from opsynth.filters.window_checks import check_events, check_window, near_window, over_ceiling
 from opsynth.filters.worker_budgets import cache_keep_bytes
 from opsynth.reasons import (
     KEEP,
     LOAD_ERROR,
     OUT_OF_MEMORY,
     RUNTIME_ABOVE_WINDOW,
-    RUNTIME_BELOW_WINDOW,
     Verdict,
 )
-from opsynth.workload import kept_window
 
-PRESCREEN_MARGIN = 3.0  # a forward timed this far above the window decides it without the profiler
 COMPILE_FIRST_MARGIN = 1.25  # CUDA: checks' events this many times the window's low end: compiled before timing
 # Where a worker's time goes, per task: building the model; waiting for the device lock; the first input draw
 # and the first (untimed) forward; the other draws and the rerun; comparing their outputs; the eager timing;
@@ -160,39 +158,11 @@ def device_bytes() -> int:
     return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
 
 
-def _near_window(ms: float, window: tuple[float, float]) -> bool:
-    """Within PRESCREEN_MARGIN of the window: only a finer measure can say whether it is in."""
-    low, high = window
-    return low / PRESCREEN_MARGIN <= ms <= high * PRESCREEN_MARGIN
-
-
-def check_events(measurements: dict[str, Any], window: tuple[float, float]) -> None:
-    """CUDA: the checks' forwards timed by events decide a task below the window, or far above it, before the
-    profiler. Events bound a forward's device time from above (they include the gaps between kernels, and the
-    checks may share the GPU), so a task under the window by them is under it by the profiler too; above it,
-    the gaps may be what puts it there, so only a task PRESCREEN_MARGIN above is decided."""
-    low, high = window
-    if measurements["eager_event_ms"] < low or measurements["eager_event_ms"] > high * PRESCREEN_MARGIN:
-        _check_window({**measurements, "eager_ms": measurements["eager_event_ms"]}, window)
-
-
 def draw_inputs(task, seed: int, i: int, device: torch.device) -> list:
     """Input draw `i` of a task seeded by `seed`, made on `device`."""
     torch.manual_seed(seed + 1 + i)
     with torch.device(device):
         return list(to_device(task.get_inputs(), device))
-
-
-def _check_window(measurements: dict[str, Any], window: tuple[float, float], margin: float = 0.0) -> None:
-    """A task timed outside the window fails; with `margin` (the final measure's), one within that fraction of an
-    end too, a timing that close to an end being as likely to fall out of the window when measured again."""
-    low, high = kept_window(window, margin)
-    inside = f" (the window {list(window)} ms with a {margin:.0%} margin)" if margin else ""
-    eager_ms = measurements["eager_ms"]
-    if eager_ms < low:
-        raise CheckFailed(RUNTIME_BELOW_WINDOW, f"eager {eager_ms:.4f} ms < {low} ms{inside}", measurements)
-    if eager_ms > high:
-        raise CheckFailed(RUNTIME_ABOVE_WINDOW, f"eager {eager_ms:.4f} ms > {high} ms{inside}", measurements)
 
 
 def _checks(
@@ -254,13 +224,13 @@ def _checks(
                     pause()
                     out, ms = timed_forward(model, draw(i), cuda)
                     samples.append(ms)
-                    if i == 1 and ceiling_ms is not None and ms > ceiling_ms:
-                        ceiling = {"eager_ms": ms, "ceiling_ms": ceiling_ms}
-                        detail = f"eager {ms:.4f} ms > {ceiling_ms:g} ms, a first try's ceiling"
-                        raise CheckFailed(RUNTIME_ABOVE_WINDOW, detail, {**measurements, **ceiling})
-                    if i == 1 and not _near_window(ms, cfg.runtime_window_ms):
+                    stop = over_ceiling(ms, ceiling_ms, device_lock) if i == 1 else None
+                    if stop is not None:
+                        detail = f"eager {ms:.4f} ms > {ceiling_ms:g} ms x {1 + stop['sharers']}, a first try's ceiling"
+                        raise CheckFailed(RUNTIME_ABOVE_WINDOW, detail, {**measurements, **stop})
+                    if i == 1 and not near_window(ms, cfg.runtime_window_ms):
                         measurements["eager_ms"] = ms
-                        _check_window(measurements, cfg.runtime_window_ms)
+                        check_window(measurements, cfg.runtime_window_ms)
                     with clock("output_checks"):
                         judged.add(flatten_outputs(out))
                     del out
@@ -274,7 +244,7 @@ def _checks(
             del judged, rerun
             measurements["eager_ms"] = statistics.median(samples)
     if not cuda:
-        _check_window(measurements, cfg.runtime_window_ms, cfg.keep_margin)
+        check_window(measurements, cfg.runtime_window_ms, cfg.keep_margin)
         if cfg.compile_check:
             measurements["compile_ms"] = compile_check_cpu(model, inputs, eager_out, cfg, device_lock, clock,
                                                            measurements, draw)  # fmt: skip
@@ -332,7 +302,7 @@ def cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, dev
     runs = [(model, "eager_timing")] + ([(compiled, "compiled_timing")] if compiled is not None else [])
     times = timer(runs, inputs, iters, device_lock, clock)
     measurements["eager_ms"] = times[0]
-    _check_window(measurements, cfg.runtime_window_ms, cfg.keep_margin)
+    check_window(measurements, cfg.runtime_window_ms, cfg.keep_margin)
     if failed is not None:
         raise CheckFailed(failed.verdict.reason, failed.verdict.detail, measurements)
     if compiled is None and cfg.compile_check:

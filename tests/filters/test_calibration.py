@@ -3,7 +3,7 @@ import pytest
 from opsynth.filters.calibration import rescale_factor, run_calibrated
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.workers import Job, WorkerPool
-from opsynth.reasons import KEEP, RUNTIME_BELOW_WINDOW
+from opsynth.reasons import KEEP, RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW, Verdict
 from tests import fixtures
 
 # A task whose forward takes 0.1 ms per batch row: its batch decides whether it lands in the window.
@@ -163,3 +163,25 @@ def test_a_first_try_over_its_ceiling_runs_again_shrunk_or_else_as_it_is_and_its
     assert ceiling_shrink(3.0, 8.0, 64) == 1.0  # never grown
     job = Job("k", "source", 1)
     assert first_try(job, None) is job and first_try(job, 8.0).ceiling_ms == 8.0
+
+
+def test_a_ceiling_stop_beside_other_tasks_is_shrunk_for_the_time_it_may_take_alone():
+    """Stopped at 24 ms beside 2 sharers (a ceiling of 8 ms x 3): at least 8 ms alone, so shrunk by half toward 4 ms,
+    not by a sixth; the final verdict records the stopped forward's time."""
+    from opsynth.filters.calibration import CEILING_STOP, first_try
+
+    class OneStopPool:  # hands the first try's stop, then keeps whatever runs next
+        def run(self, jobs, follow_up, on_final, skip, ahead):
+            stop = Verdict(RUNTIME_ABOVE_WINDOW, "", {"eager_ms": 24.0, "ceiling_ms": 8.0, "sharers": 2})
+            self.next_job = follow_up(0, stop)
+            on_final(0, Verdict(KEEP, "", {"eager_ms": 6.0, "phase_s": {}}))
+            return [None]
+
+    factors = []
+    pool = OneStopPool()
+    ((item, verdict, steps),) = run_calibrated(
+        pool, [100], job_of=lambda b: Job(str(b), "source", b), rescale=lambda b, f: factors.append(f) or b * f,
+        window=(1.0, 100.0), tries=3, max_factor=64, first_job_of=lambda b: first_try(Job(str(b), "source", b), 8.0),
+    )  # fmt: skip
+    assert factors == [0.5] and item == 50 and pool.next_job.ceiling_ms is None and steps == 1
+    assert verdict.reason == KEEP and verdict.measurements[CEILING_STOP] == 24.0

@@ -319,3 +319,34 @@ def test_device_work_that_comes_holding_nothing_takes_the_shared_hold_and_finish
     with holding_for_device_work(contextlib.nullcontext(), lambda: events.append("cpu")):
         pass
     assert events[-1] != "cpu"
+
+
+def test_a_sharer_counts_the_other_tasks_sharing_the_gpu_and_a_first_trys_ceiling_grows_with_them(tmp_path):
+    from opsynth.filters.device_lock import DeviceLock
+    from opsynth.filters.window_checks import over_ceiling
+
+    path = str(tmp_path / "gpu0")
+    mine = DeviceLock(path, slots=3, gather_s=0)
+    assert mine.sharers() == 0  # holding nothing
+    with mine.shared():
+        assert mine.sharers() == 0 and over_ceiling(9.0, 8.0, mine) == {
+            "eager_ms": 9.0,
+            "ceiling_ms": 8.0,
+            "sharers": 0,
+        }
+        others = [_enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0).shared()) for _ in range(2)]
+        assert all(entered.wait(5) for entered, _, _ in others)
+        assert mine.sharers() == 2
+        # beside two others a forward may read three times long: a stop needs three times the ceiling
+        assert over_ceiling(23.0, 8.0, mine) is None
+        assert over_ceiling(25.0, 8.0, mine) == {"eager_ms": 25.0, "ceiling_ms": 8.0, "sharers": 2}
+        _, release, thread = others.pop()
+        release.set()
+        thread.join(5)
+        assert mine.sharers() == 1
+    assert mine.sharers() == 0  # let go
+    assert over_ceiling(7.0, 8.0, None) is None and over_ceiling(90.0, None, None) is None
+    assert over_ceiling(9.0, 8.0, None)["sharers"] == 0  # no GPU lock (a CPU run's): nothing shares
+    _, release, thread = others.pop()
+    release.set()
+    thread.join(5)

@@ -628,8 +628,8 @@ def test_a_draws_outputs_are_reduced_as_they_come_and_not_kept():
 
 
 def test_on_cuda_the_events_decide_a_task_below_the_window_before_the_profiler():
-    from opsynth.filters.execution import check_events
     from opsynth.filters.verdicts import CheckFailed
+    from opsynth.filters.window_checks import check_events
 
     window = (1.0, 100.0)
     for events_ms, reason in ((0.9, RUNTIME_BELOW_WINDOW), (301.0, RUNTIME_ABOVE_WINDOW)):
