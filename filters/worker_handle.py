@@ -9,6 +9,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,6 +28,8 @@ from opsynth.reasons import Verdict
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch, creating a CUDA context and a first compile, once per worker
 EXIT_GRACE_S = 5.0  # what a pool's idle workers are given together to exit when it closes
+OUTPUT_TAIL_BYTES = 4096  # of a worker's output, what is read back to say why it failed to start
+EXCEPTION_LINE = re.compile(r"[\w.]*(Error|Exception)\b.*:")  # "ValueError: ...", "torch.OutOfMemoryError: ..."
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,11 @@ class WorkerHandle:
         self.watch = open_watch(watch_path)
         ours, theirs = socket.socketpair()
         self.cgroup = PidsCgroup.create(f"opsynth-{os.getpid()}-{name}", cage.limits.processes)
+        # What the worker and its tasks print stays out of the user's terminal: task code is untrusted (a
+        # task's own prints, escape sequences), and a compiled kernel's failed device-side assertion prints a line
+        # per thread (246 lines from one task of a 600-row run on one H200). An unnamed file, read back only to
+        # say why a worker failed to start.
+        self.output = tempfile.TemporaryFile(dir=root)  # noqa: SIM115 (closed by kill)
         env = task_environment(os.environ, self.scratch, python_path())
         if setup["config"].device != "cuda":
             # A CPU worker (the shape check's on the meta device, a CPU run's) sees no GPU: no library it imports
@@ -92,7 +100,8 @@ class WorkerHandle:
                 env=env,
                 cwd=self.scratch,
                 stdin=subprocess.DEVNULL,
-                stdout=sys.__stderr__.fileno() if sys.__stderr__ else subprocess.DEVNULL,  # keep stdout for results
+                stdout=self.output,
+                stderr=self.output,
                 start_new_session=True,  # its own process group, away from the terminal's Ctrl-C
             )
         self.conn = Connection(ours.detach())
@@ -146,12 +155,28 @@ class WorkerHandle:
         if self.cgroup is not None:
             self.cgroup.kill()
 
+    def last_output(self, limit: int = 300) -> str:
+        """What the worker printed last, in one line of at most `limit` characters, control characters dropped:
+        from the last line that names an exception (a traceback's end, whose message may span lines), else its
+        last lines; "" where it printed nothing."""
+        try:
+            size = os.fstat(self.output.fileno()).st_size
+            self.output.seek(max(0, size - OUTPUT_TAIL_BYTES))
+            text = self.output.read().decode("utf-8", "replace")
+        except (OSError, ValueError):  # closed
+            return ""
+        lines = [kept for line in text.splitlines() if (kept := "".join(c for c in line if c.isprintable()).strip())]
+        raised = [i for i, line in enumerate(lines) if EXCEPTION_LINE.match(line)]
+        said = " | ".join(lines[raised[-1] :] if raised else lines)
+        return said[:limit] if raised else said[-limit:]
+
     def kill(self) -> None:
         """Kill the worker and everything it started, and remove its scratch folder."""
         self.send_kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
         self.conn.close()
+        self.output.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 

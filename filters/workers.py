@@ -264,13 +264,13 @@ class WorkerPool:
                 self._replace(slot)
                 return done
         if not w.ready and now >= w.deadline:
-            raise RuntimeError(f"an execution worker did not start within {STARTUP_TIMEOUT_S:g} s")
+            raise RuntimeError(f"an execution worker did not start within {STARTUP_TIMEOUT_S:g} s{_said(w)}")
         return None
 
     def _failed_to_start(self, slot: int, w: WorkerHandle) -> None:
         """A worker died before it was ready: where it ran in namespaces of its own, which some drivers refuse (a
         CUDA driver that cannot see itself), the pool's workers run without them from now on; else it is fatal."""
-        why = describe_exit(w.process.returncode)
+        why = describe_exit(w.process.returncode) + _said(w)
         if not self._cage.namespaces:
             raise RuntimeError(f"an execution worker failed to start ({why})")
         print(f"opsynth: a worker failed to start in namespaces of its own ({why}); workers run without them",
@@ -301,3 +301,9 @@ class WorkerPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _said(w: WorkerHandle) -> str:
+    """What a worker that failed to start last printed, for the message that says so."""
+    output = w.last_output()
+    return f"; it printed: {output}" if output else ""

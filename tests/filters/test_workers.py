@@ -31,6 +31,29 @@ def test_a_worker_that_breaks_the_protocol_costs_its_task_only():
         assert good.reason == KEEP and pool.replaced == 1
 
 
+# A task that prints, to both of its process's outputs and through Python, a control sequence among its text.
+LOUD = fixtures.task(
+    "import os\nos.write(1, b'LOUD out \\x1b[2J\\n')\nos.write(2, b'LOUD err\\n')\nprint('LOUD print')\nreturn x * 2"
+)
+
+
+def test_what_tasks_print_stays_off_the_users_terminal(capfd):
+    with WorkerPool(CPU) as pool:
+        (verdict,) = pool.run([Job("loud", LOUD, 1)])
+    assert verdict.reason == KEEP
+    out, err = capfd.readouterr()
+    assert "LOUD" not in out + err
+
+
+def test_a_worker_that_fails_to_start_says_what_it_printed(monkeypatch):
+    """A setting that torch refuses as it is imported (the driver imported it before): each worker exits with
+    torch's traceback, and the pool's error ends with its last exception."""
+    monkeypatch.setenv("TORCH_LOGS", "not_a_log_setting")
+    refused = r"failed to start \(worker exited with code 1; it printed: ValueError: "
+    with pytest.raises(RuntimeError, match=refused), WorkerPool(CPU) as pool:
+        pool.wait_ready()
+
+
 def test_workers_retire_after_many_tasks(monkeypatch):
     import opsynth.filters.workers
 
