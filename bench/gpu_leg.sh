@@ -14,7 +14,9 @@
 # RUN outside the repository (say /tmp/ops6k) survives between legs on a machine kept between them: a leg finding it
 # there resumes it without unpacking. The package runs as installed (PYTHONSAFEPATH: not the sources beside it).
 # Once the run has finished: RESAMPLE=N measures N of its rows again with one worker, nothing else on the GPU;
-# then VALIDATE=after validates the released examples.
+# RECHECK=1 checks every row of it again whole (the default workers, the compile check, validate's own draws);
+# then VALIDATE=after validates the released examples. PROGRESS=1 packs the run's checkpointed verdicts (each
+# task's phases and measurements) as progress.tgz, whether or not the run has finished.
 # ARGS: generate's options after --out (default: ops6k on CUDA, the README's seed and defaults). DEVICE: the
 # validations' device.
 # BUDGET_S: seconds the whole script may take (counted from its start); the leg is cut short so that what
@@ -102,6 +104,18 @@ if [ -f "$RUN/stats.json" ] && [ -n "${RESAMPLE:-}" ]; then  # RESAMPLE rows of 
       --no-compile-check --workers 1 --report "$OUT/resample.jsonl" >"$OUT/resample.log" 2>&1
     tail -2 "$OUT/resample.log"
   fi
+fi
+if [ -f "$RUN/stats.json" ] && [ -n "${RECHECK:-}" ]; then  # every row checked again whole
+  left=$((${BUDGET_S:-100000} - SECONDS - 40))
+  if [ "$left" -gt 30 ]; then
+    echo "checking every row of the finished set again (at most $left s)"
+    timeout "$left" python3 -m opsynth validate "$RUN" --device "$DEVICE" --report "$OUT/recheck.jsonl" \
+      --exit-zero >"$OUT/recheck.log" 2>&1
+    tail -2 "$OUT/recheck.log"
+  fi
+fi
+if [ -n "${PROGRESS:-}" ] && [ -d "$RUN/.opsynth/progress" ]; then
+  tar czf "$OUT/progress.tgz" -C "$RUN/.opsynth" progress
 fi
 if [ -f "$RUN/stats.json" ] && [ "${VALIDATE:-}" = after ]; then
   left=$((${BUDGET_S:-100000} - SECONDS - 40))
