@@ -85,7 +85,7 @@ class WorkerHandle:
         # What the worker and its tasks print stays out of the user's terminal: task code is untrusted (a
         # task's own prints, escape sequences), and a compiled kernel's failed device-side assertion prints a line
         # per thread (246 lines from one task of a 600-row run on one H200). An unnamed file, read back only to
-        # say why a worker failed to start.
+        # say why a worker failed to start, and emptied as each job is handed over (see `hand`).
         self.output = tempfile.TemporaryFile(dir=root)  # noqa: SIM115 (closed by kill)
         env = task_environment(os.environ, self.scratch, python_path())
         if setup["config"].device != "cuda":
@@ -126,6 +126,10 @@ class WorkerHandle:
         """Give the worker job `index` of the run in hand, or (`index` None) a job started ahead of its run
         (raises BrokenPipeError or OSError where it has died)."""
         clear_watch(self.watch)  # the worker is idle: nothing else writes it now
+        # Its output emptied too (the worker's descriptors share this one's offset): writes past the file size
+        # limit fail, so what one task printed must not make the next one's prints fail.
+        self.output.truncate(0)
+        self.output.seek(0)
         self.cpu_at_hand = None if self.task_pid is None else cpu_seconds(self.task_pid)
         self.conn.send(job)
         self.started = time.monotonic()

@@ -5,6 +5,7 @@ import logging
 
 import pytest
 
+from opsynth.filters.containment import Limits, host_memory_share
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.workers import Job, WorkerPool
 from opsynth.reasons import CRASH, KEEP
@@ -43,6 +44,18 @@ def test_what_tasks_print_stays_off_the_users_terminal(capfd):
     assert verdict.reason == KEEP
     out, err = capfd.readouterr()
     assert "LOUD" not in out + err
+
+
+# A task that prints 1.5 MiB once, as its module is executed: under a 2 MiB file size limit, not under two of it.
+CHATTY = fixtures.at_import("import os\nos.write(1, b'x' * (3 << 19))")
+ONE_LINE = fixtures.task("print('one line', flush=True)\nreturn x * 2")
+
+
+def test_what_a_task_printed_never_fails_the_next_tasks_prints():
+    limits = Limits(file_size_bytes=2 << 20, address_space_bytes=host_memory_share(1))
+    with WorkerPool(CPU, limits) as pool:
+        verdicts = pool.run([Job("chatty", CHATTY, 1), Job("again", CHATTY, 1), Job("one line", ONE_LINE, 1)])
+        assert [v.reason for v in verdicts] == [KEEP] * 3 and pool.replaced == 0
 
 
 def test_a_worker_that_fails_to_start_says_what_it_printed(monkeypatch):
