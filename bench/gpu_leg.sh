@@ -29,11 +29,11 @@ LEG_S=${LEG_S:-540}
 ARGS=${ARGS:---preset ops6k --device cuda --seed 11}
 DEVICE=${DEVICE:-cuda}  # of the validations
 mkdir -p "$OUT" "$(dirname "$RUN")"
-code_id() {  # the installed package's code: its Python files, hashed
+code_id() {  # the installed package's code: its files (Python and the catalog's and index's data), hashed
   python3 -c 'import hashlib, pathlib, opsynth
 root = pathlib.Path(opsynth.__file__).parent
 digest = hashlib.sha256()
-for f in sorted(root.rglob("*.py")):
+for f in sorted(f for f in root.rglob("*") if f.is_file() and "__pycache__" not in f.parts):
     digest.update(str(f.relative_to(root)).encode() + f.read_bytes())
 print(digest.hexdigest()[:16])'
 }
