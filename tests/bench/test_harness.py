@@ -17,6 +17,8 @@ def test_bench_reports_a_rate(tmp_path, capsys, argv):
     assert result["candidates"] == int(argv[argv.index("--n") + 1])
     rate = result.get("candidates_per_s_per_core") or result.get("candidates_per_s")
     assert rate > 0
+    if argv[0] == "cpu":  # as many other candidates checked first, untimed
+        assert result["warmup_candidates"] == 6 and result["warmup_s"] > 0
     if argv[0] == "decontam":
         assert result["brute_force_mismatches"] == 0
     if argv[0] == "execute":
