@@ -159,12 +159,29 @@ def report(plans: list[SourcePlan], options: GenerateOptions) -> str:
 
 
 def refuse_short(plans: list[SourcePlan], options: GenerateOptions) -> None:
-    """A UsageError naming the first data source that cannot yield its rows, if any."""
-    more_dtypes = len(options.sizes.dtypes) < len(TASK_DTYPES)
-    for p in plans:
-        if not p.met:
-            raise UsageError(
-                f"{p.source} holds about {p.capacity} distinct tasks, short of the {p.needed} its {p.rows} rows "
-                f"need; lower its share in --mixture or --num-samples"
-                + (", or draw tasks in more dtypes (--dtypes)" if more_dtypes else "")
-            )
+    """A UsageError naming the first data source that cannot yield its rows, if any, and the largest
+    --num-samples whose quotas every short source would meet at this mixture (`most_rows`)."""
+    short = [p for p in plans if not p.met]
+    if not short:
+        return
+    first, more_dtypes = short[0], len(options.sizes.dtypes) < len(TASK_DTYPES)
+    raise UsageError(
+        f"{first.source} holds about {first.capacity} distinct tasks, short of the {first.needed} its {first.rows} "
+        f"rows need; ask --num-samples {most_rows(short, options.mixture)} or fewer, or lower its share in --mixture"
+        + (", or draw tasks in more dtypes (--dtypes)" if more_dtypes else "")
+    )
+
+
+def most_rows(short: list[SourcePlan], mixture: dict[str, float]) -> int:
+    """The largest number of rows at `mixture` whose quota of each of the `short` sources needs no more distinct
+    tasks than it is estimated to hold (an estimate: a smaller set also caps its operator graphs lower)."""
+
+    def fits(n: int) -> bool:
+        quota = quotas(n, mixture)
+        return all(math.ceil(quota[p.source] / PLAN_EXECUTION_YIELD) <= p.capacity for p in short)
+
+    # a quota of one row more than a source can give cannot fit: start where each source's exact share reaches it
+    n = min(math.ceil((p.capacity * PLAN_EXECUTION_YIELD + 1) * 100 / mixture[p.source]) for p in short)
+    while n > 0 and not fits(n):
+        n -= 1
+    return n
