@@ -82,13 +82,19 @@ def estimate(half: int, distinct: int, draws: Counter) -> int:
     return rich if fit is OPEN else min(fit, rich)
 
 
+def tasks_needed(rows: int) -> int:
+    """The distinct tasks a source must pass through the CPU stages for `rows` rows, PLAN_EXECUTION_YIELD of them
+    expected to pass execution."""
+    return math.ceil(rows / PLAN_EXECUTION_YIELD)
+
+
 def walk_source(
     options: GenerateOptions, source: str, rows: int, sample: int = PLAN_SAMPLE, longest: int = PLAN_LONGEST_WALK
 ) -> SourcePlan:
     """One data source's plan: its candidates in a run's order, until it has what its rows need. After `sample`
     candidates, and after each doubling of them up to `longest`, the estimate decides: met, or short by more
     than PLAN_REACH; in between, the walk goes on (the estimate is least sure near the need)."""
-    needed = math.ceil(rows / PLAN_EXECUTION_YIELD)
+    needed = tasks_needed(rows)
     index = load_reference(options.kernelbench)
     within = WithinSetFilter()
     cap = None if kind(source) == "transformers" else rows_per_graph(source, rows)
@@ -178,7 +184,7 @@ def most_rows(short: list[SourcePlan], mixture: dict[str, float]) -> int:
 
     def fits(n: int) -> bool:
         quota = quotas(n, mixture)
-        return all(math.ceil(quota[p.source] / PLAN_EXECUTION_YIELD) <= p.capacity for p in short)
+        return all(tasks_needed(quota[p.source]) <= p.capacity for p in short)
 
     # a quota of one row more than a source can give cannot fit: start where each source's exact share reaches it
     n = min(math.ceil((p.capacity * PLAN_EXECUTION_YIELD + 1) * 100 / mixture[p.source]) for p in short)

@@ -1,15 +1,23 @@
 """`generate --plan`: whether each data source holds enough distinct tasks for its rows, before any GPU time."""
 
-import math
 import re
 from collections import Counter
 
 import pytest
 
 from opsynth.commands.cli import main
-from opsynth.config import OPS6K_MIXTURE, PLAN_EXECUTION_YIELD
+from opsynth.config import OPS6K_MIXTURE
 from opsynth.options import GenerateOptions, quotas
-from opsynth.pipeline.plan import OPEN, SourcePlan, capacity, estimate, most_rows, richness, walk_source
+from opsynth.pipeline.plan import (
+    OPEN,
+    SourcePlan,
+    capacity,
+    estimate,
+    most_rows,
+    richness,
+    tasks_needed,
+    walk_source,
+)
 
 
 def _options(num_samples: int, mixture: dict[str, float] = OPS6K_MIXTURE) -> GenerateOptions:
@@ -71,7 +79,7 @@ def test_plan_prints_each_source_and_refuses_a_mixture_a_source_cannot_meet(caps
     assert captured.err.startswith("opsynth: error: torch#1 holds about") and len(captured.err.splitlines()) == 1
     assert "(--dtypes)" in captured.err  # float32 alone: more dtypes would widen the source
     held, fewer = map(int, re.search(r"holds about (\d+) .* --num-samples (\d+) or fewer", captured.err).groups())
-    assert math.ceil(fewer / PLAN_EXECUTION_YIELD) <= held < math.ceil((fewer + 1) / PLAN_EXECUTION_YIELD)
+    assert tasks_needed(fewer) <= held < tasks_needed(fewer + 1)
 
 
 def test_the_rows_a_refusal_offers_are_the_most_every_short_source_meets():
@@ -82,7 +90,7 @@ def test_the_rows_a_refusal_offers_are_the_most_every_short_source_meets():
     n = most_rows(short, OPS6K_MIXTURE)
 
     def needs(rows: int) -> list[int]:
-        return [math.ceil(quotas(rows, OPS6K_MIXTURE)[p.source] / PLAN_EXECUTION_YIELD) for p in short]
+        return [tasks_needed(quotas(rows, OPS6K_MIXTURE)[p.source]) for p in short]
 
     assert all(need <= p.capacity for need, p in zip(needs(n), short, strict=True))
     assert any(need > p.capacity for need, p in zip(needs(n + 1), short, strict=True))
