@@ -96,23 +96,20 @@ else
   echo "generate exited with ${PIPESTATUS[0]}" | tee -a "$OUT/leg.log"
 fi
 kill "$monitor" 2>/dev/null
-if [ -f "$RUN/stats.json" ] && [ -n "${RESAMPLE:-}" ]; then  # RESAMPLE rows of the finished set measured again
-  left=$((${BUDGET_S:-100000} - SECONDS - 40))
-  if [ "$left" -gt 30 ]; then
-    echo "re-measuring $RESAMPLE rows of the finished set (at most $left s)"
-    timeout "$left" python3 -m opsynth validate "$RUN" --sample "$RESAMPLE" --device "$DEVICE" \
-      --no-compile-check --workers 1 --report "$OUT/resample.jsonl" >"$OUT/resample.log" 2>&1
-    tail -2 "$OUT/resample.log"
-  fi
+validate_finished() {  # NAME WHAT OPTIONS...: validate the finished set within the budget left, to $OUT/NAME.*
+  local name=$1 what=$2 left=$((${BUDGET_S:-100000} - SECONDS - 40))
+  shift 2
+  [ "$left" -gt 30 ] || return 0
+  echo "$what of the finished set (at most $left s)"
+  timeout "$left" python3 -m opsynth validate "$RUN" --device "$DEVICE" --report "$OUT/$name.jsonl" "$@" \
+    >"$OUT/$name.log" 2>&1
+  tail -2 "$OUT/$name.log"
+}
+if [ -f "$RUN/stats.json" ] && [ -n "${RESAMPLE:-}" ]; then  # RESAMPLE rows measured again, one worker alone
+  validate_finished resample "re-measuring $RESAMPLE rows" --sample "$RESAMPLE" --no-compile-check --workers 1
 fi
 if [ -f "$RUN/stats.json" ] && [ -n "${RECHECK:-}" ]; then  # every row checked again whole
-  left=$((${BUDGET_S:-100000} - SECONDS - 40))
-  if [ "$left" -gt 30 ]; then
-    echo "checking every row of the finished set again (at most $left s)"
-    timeout "$left" python3 -m opsynth validate "$RUN" --device "$DEVICE" --report "$OUT/recheck.jsonl" \
-      --exit-zero >"$OUT/recheck.log" 2>&1
-    tail -2 "$OUT/recheck.log"
-  fi
+  validate_finished recheck "checking again every row" --exit-zero
 fi
 if [ -n "${PROGRESS:-}" ] && [ -d "$RUN/.opsynth/progress" ]; then
   tar czf "$OUT/progress.tgz" -C "$RUN/.opsynth" progress
