@@ -14,6 +14,7 @@ import sys
 import threading
 import types
 from collections.abc import Callable, Hashable
+from operator import attrgetter
 
 # Modules and classes whose attributes are compared, where imported: a task that rebinds one of them (a
 # `torch.allclose` that always agrees, a patched `nn.Module.__call__`) has changed what every later task runs.
@@ -182,6 +183,11 @@ def _python_hooks() -> dict[str, Hashable]:
     return state
 
 
+def _global_state() -> dict[str, Hashable]:
+    """What the snapshot reads besides the watched namespaces: torch's settings, Python's hooks, the children."""
+    return {**_torch_settings(), **_python_hooks(), "child processes": Running(_children())}
+
+
 def snapshot() -> dict[str, Hashable]:
     """The watched state of this process, as comparable tokens."""
     state: dict[str, Hashable] = {}
@@ -191,9 +197,7 @@ def snapshot() -> dict[str, Hashable]:
             for name, value in list(vars(namespace).items()):
                 state[f"{dotted}.{name}"] = _token(value)
             state[f"sys.modules[{dotted}]"] = id(sys.modules.get(dotted))
-    state.update(_torch_settings())
-    state.update(_python_hooks())
-    state["child processes"] = Running(_children())
+    state.update(_global_state())
     return state
 
 
@@ -217,3 +221,64 @@ def changes(before: dict[str, Hashable], after: dict[str, Hashable]) -> list[str
 def describe(changed: list[str], limit: int = 3) -> str:
     shown = ", ".join(changed[:limit]) + (f" and {len(changed) - limit} more" if len(changed) > limit else "")
     return f"the task changed the checker's process: {shown}"
+
+
+def _identities() -> list[int]:
+    """The identity of every watched namespace, of its names and of its values, in order: equal lists mean that
+    no attribute was rebound, added or removed (identities only: comparing them runs no object's code)."""
+    found: list[int] = []
+    for dotted in WATCHED:
+        namespace = _resolve(dotted)
+        found += (id(sys.modules.get(dotted)), id(namespace))
+        if namespace is not None:
+            attributes = vars(namespace)
+            found += map(id, attributes)
+            found += map(id, attributes.values())
+    return found
+
+
+_FUNCTION_PARTS = tuple(map(attrgetter, ("__code__", "__defaults__", "__kwdefaults__")))
+
+
+def _function_parts(functions: list[types.FunctionType]) -> list[int]:
+    """The identities of what a function's token holds besides itself (replaceable in place)."""
+    return [i for part in _FUNCTION_PARTS for i in map(id, map(part, functions))]
+
+
+class Watch:
+    """A worker's baseline (`snapshot`) and, after each task, what the task changed of it (`changes`), found
+    quickly where it changed nothing: the identities of the watched namespaces' names and values, of the
+    functions' code and defaults, and the containers' lengths (what a token holds) are compared with those of a
+    state found unchanged, and only where they differ is a whole snapshot compared with the baseline. A state
+    found unchanged that way (a task imported a submodule, adding an attribute) becomes the quick comparison's
+    reference, so it costs one whole comparison, not one a task. A shape check takes a few milliseconds, as
+    long as a whole snapshot and comparison of torch's thousands of attributes."""
+
+    def __init__(self) -> None:
+        self.baseline = snapshot()
+        self._refer_to_now()
+
+    def _refer_to_now(self) -> None:
+        self.identities = _identities()
+        values = [v for dotted in WATCHED if (ns := _resolve(dotted)) is not None for v in vars(ns).values()]
+        self.functions = [v for v in values if isinstance(v, types.FunctionType)]
+        self.containers = [v for v in values if isinstance(v, dict | list | set)]
+        self.parts, self.lengths = _function_parts(self.functions), list(map(len, self.containers))
+        self.state = _global_state()
+
+    def _unchanged(self) -> bool:
+        return (
+            _identities() == self.identities  # first: the functions and containers below are then the same objects
+            and _function_parts(self.functions) == self.parts
+            and list(map(len, self.containers)) == self.lengths
+            and _global_state() == self.state
+        )
+
+    def changes(self) -> list[str]:
+        """What the tasks since the baseline changed of it (as `changes` names it); empty where nothing."""
+        if self._unchanged():
+            return []
+        changed = changes(self.baseline, snapshot())
+        if not changed:
+            self._refer_to_now()
+        return changed

@@ -205,7 +205,7 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
     if setup.start_nice:
         with contextlib.suppress(PermissionError):  # without the privilege to raise it again, it stays lowered
             os.setpriority(os.PRIO_PROCESS, 0, priority)
-    baseline = integrity.snapshot()
+    watch = integrity.Watch()
     ready_rss = _resident_bytes()
     ready = {"pid": os.getpid(), "containment": containment, "warm_up": warm_up.reason, "at": time.monotonic()}
     send(answers, {"kind": "ready", **ready})
@@ -217,7 +217,7 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
         if job is None:
             return
         verdict = _run_job(job.check, job.source, job.seed, setup, ceiling_ms=job.ceiling_ms)
-        changed = integrity.changes(baseline, integrity.snapshot())
+        changed = watch.changes()
         if changed:
             verdict = Verdict(TAMPERING, integrity.describe(changed), verdict.measurements)
         retire = (
