@@ -24,7 +24,8 @@ from opsynth.config import (
     WORKLOADS,
 )
 from opsynth.data_sources import torch_source
-from opsynth.filters.ast_similarity import best_match, brute_force, profile
+from opsynth.filters.ast_search import best_match
+from opsynth.filters.ast_similarity import brute_force, profile
 from opsynth.filters.decontamination import similarity
 from opsynth.filters.execution import PHASES, device_name, execution_config
 from opsynth.filters.gpu_busy import GpuBusyMonitor
@@ -103,9 +104,12 @@ def bench_decontam(n: int, workload: str, brute_force_sample: int = 50) -> dict:
     mismatches = 0
     for source in sources[:brute_force_sample]:
         fp = fingerprint(index.table, source)
-        for root, refs in ((fp.raw_root, index.raw_profiles), (fp.normalized_root, index.normalized_profiles)):
+        for root, refs, bounded in (
+            (fp.raw_root, index.raw_profiles, index.raw_references),
+            (fp.normalized_root, index.normalized_profiles, index.normalized_references),
+        ):
             p = profile(index.table, root)
-            mismatches += best_match(index.table, p, refs) != brute_force(index.table, p, refs)
+            mismatches += best_match(index.table, p, bounded) != brute_force(index.table, p, refs)
     scores = [r.ast for r in results]
     return {
         "stage": "decontamination (AST, normalized AST, MinHash, operator graph vs 250 KernelBench tasks)",

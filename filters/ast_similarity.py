@@ -2,8 +2,7 @@
 
 The metric looks only at node types and child counts, so it runs on type-only skeletons: identical structures
 are interned once in a `SkeletonTable`, their pairwise match is memoised, and the per-reference work is done
-once. The maximum over a reference set is found exactly by branch and bound on an upper bound from subtree
-sizes, so it equals brute force.
+once. The maximum over a reference set is found exactly, as `brute_force` finds it, by filters.ast_search.
 
 The metric, restated: the significant subtrees (imports, functions, ifs, classes, loops, comprehensions,
 returns) of two programs are matched one to one maximising the number of matching nodes; two nodes match
@@ -136,28 +135,20 @@ class SkeletonTable:
 
 @dataclass(frozen=True)
 class Profile:
-    """One program's significant subtrees, grouped for scoring and bounding."""
+    """One program's significant subtrees, grouped by root type for scoring."""
 
     subtrees: tuple[int, ...]
     total_weight: float  # sum of size x root weight over the subtrees
     by_kind: dict[str, tuple[int, ...]]  # type -> subtree ids
-    sizes_by_shape: dict[tuple[str, int], tuple[int, ...]]  # (type, child count) -> sizes, descending
 
 
 def profile(table: SkeletonTable, root: int) -> Profile:
     subtrees = tuple(table.significant(root))
     by_kind: dict[str, list[int]] = defaultdict(list)
-    by_shape: dict[tuple[str, int], list[int]] = defaultdict(list)
     for s in subtrees:
         by_kind[table.kind[s]].append(s)
-        by_shape[(table.kind[s], len(table.children[s]))].append(table.size[s])
     total = sum(table.size[s] * ROOT_WEIGHT.get(table.root_type(s), 1.0) for s in subtrees)
-    return Profile(
-        subtrees,
-        total,
-        {k: tuple(v) for k, v in by_kind.items()},
-        {k: tuple(sorted(v, reverse=True)) for k, v in by_shape.items()},
-    )
+    return Profile(subtrees, total, {k: tuple(v) for k, v in by_kind.items()})
 
 
 def score(table: SkeletonTable, p: Profile, q: Profile) -> float:
@@ -172,34 +163,6 @@ def score(table: SkeletonTable, p: Profile, q: Profile) -> float:
             best = _best_assignment([[table.match(a, b) for b in theirs] for a in mine])
             weighted += ROOT_WEIGHT.get(kind.split(":", 1)[0], 1.0) * best
     return round(2 * weighted / (p.total_weight + q.total_weight), DECIMALS)
-
-
-def upper_bound(p: Profile, q: Profile) -> float:
-    """A score no assignment can beat: matches happen only between equal (type, child count) roots and
-    never exceed the smaller tree; pairing sizes in descending order maximises the sum of minima."""
-    if len(p.subtrees) <= 1 or len(q.subtrees) <= 1:
-        return 0.0
-    weighted = 0.0
-    for shape, mine in p.sizes_by_shape.items():
-        theirs = q.sizes_by_shape.get(shape)
-        if theirs:
-            weighted += ROOT_WEIGHT.get(shape[0].split(":", 1)[0], 1.0) * sum(
-                min(a, b) for a, b in zip(mine, theirs, strict=False)
-            )
-    return round(2 * weighted / (p.total_weight + q.total_weight), DECIMALS)
-
-
-def best_match(table: SkeletonTable, p: Profile, references: list[Profile]) -> tuple[float, int]:
-    """(maximum score, index of the first reference reaching it): exactly brute force, with pruning."""
-    bounds = [upper_bound(p, r) for r in references]
-    best_score, best_index = -1.0, -1
-    for i in sorted(range(len(references)), key=lambda j: (-bounds[j], j)):
-        if bounds[i] < best_score or (bounds[i] == best_score and i > best_index):
-            break
-        s = score(table, p, references[i])
-        if s > best_score or (s == best_score and i < best_index):
-            best_score, best_index = s, i
-    return best_score, best_index
 
 
 def brute_force(table: SkeletonTable, p: Profile, references: list[Profile]) -> tuple[float, int]:

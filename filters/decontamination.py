@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opsynth.config import AST_SIMILARITY_THRESHOLD, GRAPH_SIMILARITY_THRESHOLD, KERNELBENCH_JACCARD_THRESHOLD
-from opsynth.filters.ast_similarity import best_match, profile
+from opsynth.filters.ast_search import best_match
+from opsynth.filters.ast_similarity import profile
 from opsynth.filters.compute_graph import graph_similarity, shared_operators
 from opsynth.filters.kernelbench_index import KernelBenchIndex, fingerprint
 from opsynth.reasons import KEEP, KERNELBENCH_NEAR_DUPLICATE, LOAD_ERROR, Verdict
@@ -58,9 +59,9 @@ def similarity(source: str, index: KernelBenchIndex, graph: dict[str, int] | Non
     if fp.raw_root is None:
         ast_score, ast_at, norm_score, norm_at = 0.0, 0, 0.0, 0
     else:
-        ast_score, ast_at = best_match(index.table, profile(index.table, fp.raw_root), index.raw_profiles)
+        ast_score, ast_at = best_match(index.table, profile(index.table, fp.raw_root), index.raw_references)
         norm_score, norm_at = best_match(
-            index.table, profile(index.table, fp.normalized_root), index.normalized_profiles
+            index.table, profile(index.table, fp.normalized_root), index.normalized_references
         )
     agreement = (index.signatures == fp.signature[None, :]).mean(axis=1)
     jaccard_at = int(agreement.argmax())

@@ -17,6 +17,7 @@ import numpy as np
 
 from opsynth import syntax
 from opsynth.config import MINHASH_PERMUTATIONS, MINHASH_SEED, MINHASH_SHINGLE
+from opsynth.filters.ast_search import ReferenceSet
 from opsynth.filters.ast_similarity import Profile, SkeletonTable, profile
 from opsynth.filters.minhash import token_minhash
 from opsynth.filters.normalize import canonical_tree, code_tokens
@@ -68,12 +69,16 @@ class KernelBenchIndex:
     graphs: tuple[dict[str, int] | None, ...]  # None: the task's forward could not be recorded on meta
     raw_profiles: list[Profile] = field(init=False)
     normalized_profiles: list[Profile] = field(init=False)
+    raw_references: ReferenceSet = field(init=False)  # the profiles, ready for filters.ast_search.best_match
+    normalized_references: ReferenceSet = field(init=False)
     graph_totals: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
         self.graph_totals = [sum(g.values()) if g else 0 for g in self.graphs]
         self.raw_profiles = [profile(self.table, r) for r in self.raw_roots]
         self.normalized_profiles = [profile(self.table, r) for r in self.normalized_roots]
+        self.raw_references = ReferenceSet(self.table, self.raw_profiles)
+        self.normalized_references = ReferenceSet(self.table, self.normalized_profiles)
 
     @classmethod
     def from_tasks(cls, tasks: list[tuple[str, str]]) -> KernelBenchIndex:

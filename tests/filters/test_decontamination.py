@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from opsynth.config import COMPOSE_ATTEMPTS, WORKLOADS
-from opsynth.filters.ast_similarity import best_match, brute_force, profile, score
+from opsynth.filters.ast_search import best_match
+from opsynth.filters.ast_similarity import brute_force, profile, score
 from opsynth.filters.decontamination import decontaminate, similarity
 from opsynth.filters.kernelbench_index import (
     EMBEDDED_INDEX,
@@ -109,9 +110,12 @@ def test_branch_and_bound_equals_brute_force(ops6k_examples):
     sources += [render(compose(seed, 2, WORKLOADS["gpu"], COMPOSE_ATTEMPTS)).source for seed in range(30)]
     for source in sources:
         fp = fingerprint(index.table, source)
-        for root, refs in ((fp.raw_root, index.raw_profiles), (fp.normalized_root, index.normalized_profiles)):
+        for root, refs, bounded in (
+            (fp.raw_root, index.raw_profiles, index.raw_references),
+            (fp.normalized_root, index.normalized_profiles, index.normalized_references),
+        ):
             p = profile(index.table, root)
-            assert best_match(index.table, p, refs) == brute_force(index.table, p, refs)
+            assert best_match(index.table, p, bounded) == brute_force(index.table, p, refs)
 
 
 def test_scores_equal_continuous_eval(kb_tasks, ops6k_examples):
