@@ -4,6 +4,7 @@ bounds it prunes by are never below a score, on random trees, generated tasks an
 import random
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from opsynth.config import COMPOSE_ATTEMPTS, WORKLOADS
 from opsynth.filters.ast_search import ReferenceSet, best_match
@@ -35,13 +36,7 @@ def test_random_trees_equal_brute_force():
             assert all(score(table, p, q) <= b for q, b in zip(references, bounds, strict=True))
 
 
-def test_generated_tasks_and_the_references_themselves_equal_brute_force():
-    index = load_reference("embedded")
-    sources = [
-        render(compose(seed, 1 + seed % 5, WORKLOADS[workload], COMPOSE_ATTEMPTS)).source
-        for workload in ("tiny", "gpu")
-        for seed in range(15)
-    ]
+def assert_exact(index, sources: list[str]) -> None:
     for source in sources:
         fp = fingerprint(index.table, source)
         for root, references, bounded in (
@@ -50,6 +45,22 @@ def test_generated_tasks_and_the_references_themselves_equal_brute_force():
         ):
             p = profile(index.table, root)
             assert best_match(index.table, p, bounded) == brute_force(index.table, p, references)
+
+
+def test_released_rows_equal_brute_force(ops6k_examples):
+    assert_exact(load_reference("embedded"), pq.read_table(ops6k_examples, columns=["code"]).column("code").to_pylist())
+
+
+def test_generated_tasks_and_the_references_themselves_equal_brute_force():
+    index = load_reference("embedded")
+    assert_exact(
+        index,
+        [
+            render(compose(seed, 1 + seed % 5, WORKLOADS[workload], COMPOSE_ATTEMPTS)).source
+            for workload in ("tiny", "gpu")
+            for seed in range(15)
+        ],
+    )
     for i in range(0, len(index.raw_profiles), 10):  # a reference finds itself, or an equal one before it
         found, at = best_match(index.table, index.raw_profiles[i], index.raw_references)
         assert (found, at) == brute_force(index.table, index.raw_profiles[i], index.raw_profiles)

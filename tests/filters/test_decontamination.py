@@ -8,8 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from opsynth.config import COMPOSE_ATTEMPTS, WORKLOADS
-from opsynth.filters.ast_search import best_match
-from opsynth.filters.ast_similarity import brute_force, profile, score
+from opsynth.filters.ast_similarity import profile, score
 from opsynth.filters.decontamination import decontaminate, similarity
 from opsynth.filters.kernelbench_index import (
     EMBEDDED_INDEX,
@@ -102,20 +101,6 @@ def test_generated_and_released_tasks_are_kept(ops6k_examples):
         verdict = decontaminate(source, index)
         assert verdict.reason == KEEP, verdict.detail
         assert verdict.measurements["kb_nearest"].startswith("level")
-
-
-def test_branch_and_bound_equals_brute_force(ops6k_examples):
-    index = load_reference("embedded")
-    sources = pq.read_table(ops6k_examples, columns=["code"]).column("code").to_pylist()
-    sources += [render(compose(seed, 2, WORKLOADS["gpu"], COMPOSE_ATTEMPTS)).source for seed in range(30)]
-    for source in sources:
-        fp = fingerprint(index.table, source)
-        for root, refs, bounded in (
-            (fp.raw_root, index.raw_profiles, index.raw_references),
-            (fp.normalized_root, index.normalized_profiles, index.normalized_references),
-        ):
-            p = profile(index.table, root)
-            assert best_match(index.table, p, bounded) == brute_force(index.table, p, refs)
 
 
 def test_scores_equal_continuous_eval(kb_tasks, ops6k_examples):
