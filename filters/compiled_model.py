@@ -32,8 +32,9 @@ def compile_model(model, inputs: list, cfg: ExecutionConfig, device_lock, clock:
     """The compiled model and the flattened output of its first (compiling) call (see `first_call_holding`)."""
     import torch._dynamo  # here, not above: the driver imports this module and never compiles
 
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend=cfg.compile_backend)
+    with clock("compile"):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=cfg.compile_backend)
     with first_call_holding(device_lock, clock), torch.no_grad():
         return compiled, flatten_outputs(compiled(*inputs))
 

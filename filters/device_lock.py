@@ -16,9 +16,13 @@ SLOT_POLL_S = 0.005  # how often a task waiting to share a GPU looks for a free 
 # machine, fresh compile caches each): 248 drains with 2.8 timings each, against 539 with 1.3 without gathering;
 # the GPU busy over 87.5 % of the execution, against 80.8 %; the execution as long (124 s, 122 s).
 TIMING_GATHER_S = 0.15
-# A worker's watch: what its DeviceLock reports, in a shared array the pool reads (monotonic clock seconds).
-HOLD_SINCE, WAIT_SINCE, WAITED_S = range(3)
-WATCH_FIELDS = 3
+# A worker's watch: what its DeviceLock reports, in a shared array the pool reads: since when it holds the GPU and
+# since when it waits for it (monotonic clock seconds, 0 where it does not), the seconds it waited in all; how it
+# holds and how it waits (SHARING or ALONE, 0 where it does not), and the phase its task is in (its index in the
+# pool's list of phases, plus one; 0 for none), for the pool to tell where the workers are while the GPU idles.
+HOLD_SINCE, WAIT_SINCE, WAITED_S, HOLD_MODE, WAIT_MODE, PHASE = range(6)
+WATCH_FIELDS = 6
+SHARING, ALONE = 1.0, 2.0  # a shared hold (the checks' device work) and an exclusive one (a timing)
 
 
 class DeviceLock:
@@ -70,8 +74,8 @@ class DeviceLock:
             self._alone = False
 
     def watch(self, state) -> None:
-        """Report this process's holds and waits into `state` (a shared array of HOLD_SINCE, WAIT_SINCE and
-        WAITED_S), for the pool that set it up."""
+        """Report this process's holds, waits and phases into `state` (a shared array of WATCH_FIELDS, see
+        HOLD_SINCE), for the pool that set it up."""
         self._watch = state
 
     @contextlib.contextmanager
@@ -84,24 +88,31 @@ class DeviceLock:
         finally:
             self._holds_watched = True
 
-    def _waiting(self) -> None:
+    def report_phase(self, code: int) -> None:
+        """Report the phase this process's task is in (see PHASE) into its watch, if it has one."""
+        if self._watch is not None:
+            self._watch[PHASE] = float(code)
+
+    def _waiting(self, mode: float) -> None:
         if self._watch is not None:
             self._watch[WAIT_SINCE] = time.monotonic()
+            self._watch[WAIT_MODE] = mode
 
-    def _holding(self) -> None:
+    def _holding(self, mode: float) -> None:
         self.held = True
         if self._watch is not None:
             now = time.monotonic()
             if self._watch[WAIT_SINCE]:
                 self._watch[WAITED_S] += now - self._watch[WAIT_SINCE]
-            self._watch[WAIT_SINCE] = 0.0
+            self._watch[WAIT_SINCE] = self._watch[WAIT_MODE] = 0.0
+            self._watch[HOLD_MODE] = mode
             if self._holds_watched:
                 self._watch[HOLD_SINCE] = now
 
     def _released(self) -> None:
         self.held = False
         if self._watch is not None:
-            self._watch[HOLD_SINCE] = 0.0
+            self._watch[HOLD_SINCE] = self._watch[HOLD_MODE] = 0.0
 
     def _fd(self, name: str) -> int:
         if self._fds is None:
@@ -112,12 +123,12 @@ class DeviceLock:
         return self._fds[name]
 
     def __enter__(self) -> DeviceLock:
-        self._waiting()
+        self._waiting(ALONE)
         if self.slots > 1 and not self._alone:
             self._gather()
         fcntl.flock(self._fd("pending"), fcntl.LOCK_SH)  # from now on, no new shared holder enters
         fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
-        self._holding()
+        self._holding(ALONE)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -131,7 +142,7 @@ class DeviceLock:
             with self:
                 yield self
             return
-        self._waiting()
+        self._waiting(SHARING)
         slot = self._take_slot()
         try:
             # Held exclusive only while no exclusive holder is pending or inside, and so only an instant: the
@@ -139,7 +150,7 @@ class DeviceLock:
             fcntl.flock(self._fd("pending"), fcntl.LOCK_EX)
             fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
             fcntl.flock(self._fd("pending"), fcntl.LOCK_UN)
-            self._holding()
+            self._holding(SHARING)
             self.sharing = True
             try:
                 yield self
@@ -188,11 +199,11 @@ class DeviceLock:
         (the slot kept meanwhile). The caller's device work must be finished: the timings start at once."""
         self._released()
         fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
-        self._waiting()
+        self._waiting(SHARING)
         fcntl.flock(self._fd("pending"), fcntl.LOCK_EX)  # granted once no exclusive holder is pending or inside
         fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
         fcntl.flock(self._fd("pending"), fcntl.LOCK_UN)
-        self._holding()
+        self._holding(SHARING)
 
     def _take_slot(self) -> int:
         """One of the `slots` slot files, locked: the first free one, looked for again every few ms until one is

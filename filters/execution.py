@@ -48,7 +48,7 @@ COMPILE_FIRST_MARGIN = 1.25  # CUDA: checks' events this many times the window's
 # and the first (untimed) forward; the other draws and the rerun; comparing their outputs; the eager timing;
 # starting and stopping the profiler, and reading its events; torch.compile (host work); the compiled model's
 # first run (on CUDA, Triton's autotuning benchmarks; and what dynamo leaves to eager); its agreement with eager;
-# its timing.
+# its timing; giving back the GPU memory the task's allocator cached.
 PHASES = (
     "load",
     "lock_wait",
@@ -62,7 +62,14 @@ PHASES = (
     "compiled_first_run",
     "compiled_checks",
     "compiled_timing",
+    "release",
 )
+# What a worker's watch may report beyond its task's phases (see phase_reporter): a task that ran out of memory
+# waiting for a worker's budget of the GPU's memory to be free before it runs again alone; its verdict sent, the
+# pool yet to take it and hand over the next job.
+MEMORY_WAIT = "memory_wait"
+HANDING_BACK = "handing_back"
+REPORTED_PHASES = (*PHASES, MEMORY_WAIT, HANDING_BACK)
 
 
 @dataclass(frozen=True)
@@ -134,7 +141,7 @@ def run_checks(
     its device work. Loading and compiling (host work) hold nothing. Every verdict carries `phase_s`, the
     seconds spent in each of `PHASES`. `ceiling_ms` (a first try's, filters.calibration): a task whose first
     timed forward is over it stops there, `runtime_above_window` with `ceiling_ms` among its measurements."""
-    clock = PhaseClock()
+    clock = PhaseClock(report=phase_reporter(device_lock))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a task's own warnings (deprecated spellings) say nothing about it
@@ -146,9 +153,19 @@ def run_checks(
         verdict = classify_error(e)
     finally:
         if cfg.device == "cuda" and torch.cuda.memory_reserved() > cache_keep_bytes(device_bytes(), cfg):
-            torch.cuda.empty_cache()  # a large cache would hold memory the other workers of the GPU may need
+            with clock("release"):
+                torch.cuda.empty_cache()  # a large cache would hold memory the other workers of the GPU may need
     phase_s = {phase: round(s, 4) for phase, s in clock.seconds.items()}
     return Verdict(verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": phase_s})
+
+
+def phase_reporter(device_lock):
+    """What tells the pool the phase a task is in, through the watch of `device_lock` (a GPU's DeviceLock: its
+    index in REPORTED_PHASES, plus one; see device_lock.PHASE); None for any other lock."""
+    report = getattr(device_lock, "report_phase", None)
+    if report is None:
+        return None
+    return lambda phase: report(REPORTED_PHASES.index(phase) + 1 if phase else 0)
 
 
 @functools.cache

@@ -1,5 +1,6 @@
 """How busy the GPUs are: NVML's utilization of each visible GPU (the share of its last sample period in which
-a kernel ran), sampled in a background thread, so a run can say what share of its execution kept them busy.
+a kernel ran), sampled in a background thread, so a run can say what share of its execution kept them busy, and
+where its workers were while a GPU idled.
 """
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 
 SAMPLE_PERIOD_S = 0.5  # NVML's own sample period is 1/6 s to 1 s
 
@@ -15,9 +18,13 @@ class GpuBusyMonitor:
     """Samples every visible GPU's utilization every `period_s` until stopped; a context manager. Where NVML
     cannot be read (no GPU, no NVML library), it records nothing and `unavailable` says why."""
 
-    def __init__(self, period_s: float = SAMPLE_PERIOD_S):
+    def __init__(self, period_s: float = SAMPLE_PERIOD_S, states: Callable[[], list[tuple]] | None = None):
         self.period_s = period_s
         self.samples: list[tuple[float, tuple[float, ...]]] = []  # (monotonic time, busy fraction per GPU)
+        # `states()`: (GPU index, state) of each worker (filters.workers.WorkerPool.worker_states), sampled with
+        # the GPUs: per sample, a count of the workers of each GPU in each state
+        self.states = states
+        self.state_samples: list[tuple[float, Counter]] = []
         self.unavailable: str | None = None
         self.devices = self._devices()
         self._stop = threading.Event()
@@ -45,7 +52,10 @@ class GpuBusyMonitor:
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
             with contextlib.suppress(Exception):  # one unreadable sample is a gap, not a failed run
-                self.samples.append((time.monotonic(), self._sample()))
+                now = time.monotonic()
+                self.samples.append((now, self._sample()))
+                if self.states is not None:
+                    self.state_samples.append((now, Counter(self.states())))
 
     def __enter__(self) -> GpuBusyMonitor:
         if self.devices:
@@ -64,3 +74,25 @@ class GpuBusyMonitor:
         if not taken:
             return None
         return [round(sum(s[d] for s in taken) / len(taken), 3) for d in range(len(self.devices))]
+
+    def workers_while_idle(self, start: float, end: float) -> dict | None:
+        """Where the workers of a GPU were while it idled, between `start` and `end`: the mean number of them
+        in each state (filters.workers.worker_state), each sample weighted by its GPU's idle share, and the
+        idle seconds that weighs; None where no state was sampled then."""
+        at = dict(self.samples)
+        idle_s, weighted = 0.0, Counter()
+        for t, states in list(self.state_samples):
+            if not start <= t <= end or t not in at:
+                continue
+            for d, busy in zip(self.devices, at[t], strict=True):
+                idle = 1.0 - busy
+                idle_s += idle * self.period_s
+                for (gpu, state), n in states.items():
+                    if gpu == d:
+                        weighted[state] += idle * n * self.period_s
+        if not idle_s:
+            return None
+        return {
+            "idle_s": round(idle_s, 1),
+            "workers": {state: round(w / idle_s, 2) for state, w in sorted(weighted.items(), key=lambda x: -x[1])},
+        }

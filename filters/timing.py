@@ -8,6 +8,7 @@ import contextlib
 import math
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,16 +24,20 @@ MIN_TIMED_ITERS = 2
 
 class PhaseClock:
     """Seconds a task spends in each of `PHASES`, into a dict the task's measurements carry. Phases nest: time
-    in an inner phase (the wait for the lock inside a profiling, say) counts there and not in the outer one."""
+    in an inner phase (the wait for the lock inside a profiling, say) counts there and not in the outer one.
+    `report(phase)`, where given, is told the phase the task is in each time that changes (None: out of all)."""
 
-    def __init__(self):
+    def __init__(self, report: Callable[[str | None], None] | None = None):
         self.seconds: dict[str, float] = {}
         self._inner: list[float] = []  # per open phase, the seconds of the phases opened inside it
+        self._open: list[str] = []  # the open phases, innermost last
+        self._report = report
 
     @contextlib.contextmanager
     def __call__(self, phase: str):
         start = time.perf_counter()
         self._inner.append(0.0)
+        self._enter(phase)
         try:
             yield
         finally:
@@ -40,6 +45,17 @@ class PhaseClock:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + elapsed - self._inner.pop()
             if self._inner:
                 self._inner[-1] += elapsed
+            self._leave()
+
+    def _enter(self, phase: str) -> None:
+        self._open.append(phase)
+        if self._report is not None:
+            self._report(phase)
+
+    def _leave(self) -> None:
+        self._open.pop()
+        if self._report is not None:
+            self._report(self._open[-1] if self._open else None)
 
     @contextlib.contextmanager
     def holding(self, lock):

@@ -27,6 +27,7 @@ LIVE_COPIES = 5
 # holding the GPU, for a worker's budget of it to be free before it is retried (see await_free_memory).
 MEMORY_WAIT_S = 20.0
 MEMORY_POLL_S = 0.05
+MEMORY_RETRY = "memory_retry"  # in a verdict's measurements: its task ran again so, out of memory beside the others
 # All the workers of one GPU together keep at most this share of its memory cached between tasks (see
 # cache_keep_bytes).
 CACHED_SHARE = 0.1

@@ -189,6 +189,7 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
 
     from opsynth.filters import integrity
     from opsynth.filters.device_lock import open_watch
+    from opsynth.filters.execution import HANDING_BACK, phase_reporter
     from opsynth.filters.verdicts import is_fatal_cuda_error, verdict_to_wire
     from opsynth.reasons import TAMPERING, Verdict
 
@@ -209,6 +210,7 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
     ready_rss = _resident_bytes()
     ready = {"pid": os.getpid(), "containment": containment, "warm_up": warm_up.reason, "at": time.monotonic()}
     send(answers, {"kind": "ready", **ready})
+    report_phase = phase_reporter(setup.device_lock)
     for done in range(1, setup.recycle_jobs + 1):
         try:
             job = conn.recv()
@@ -226,6 +228,8 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
             or done == setup.recycle_jobs
             or _resident_bytes() - ready_rss > setup.recycle_growth_bytes
         )
+        if report_phase is not None:
+            report_phase(HANDING_BACK)  # until the pool takes the verdict and clears the watch with the next job
         send(answers, {"kind": "done", "verdict": verdict_to_wire(verdict), "retire": retire})
         if retire:
             return
@@ -275,17 +279,23 @@ def _alone(source: str, seed: int, cfg, setup: WorkerSetup):
     waiting through it."""
     import torch
 
-    from opsynth.filters.execution import device_bytes, run_checks
-    from opsynth.filters.worker_budgets import await_free_memory, memory_share, workers_per_gpu
+    from opsynth.filters.execution import MEMORY_WAIT, device_bytes, phase_reporter, run_checks
+    from opsynth.filters.worker_budgets import MEMORY_RETRY, await_free_memory, memory_share, workers_per_gpu
+    from opsynth.reasons import Verdict
 
     share = memory_share(cfg.memory_fraction, workers_per_gpu(cfg))
+    report_phase = phase_reporter(setup.device_lock)
+    report_phase(MEMORY_WAIT)
     await_free_memory(int(share * device_bytes()), lambda: torch.cuda.mem_get_info()[0])
+    report_phase(None)
     torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction)
     try:
         with setup.device_lock.alone():
-            return run_checks(source, seed, cfg, setup.device_lock)
+            verdict = run_checks(source, seed, cfg, setup.device_lock)
     finally:
         torch.cuda.set_per_process_memory_fraction(share)
+    # which tasks needed this (on a GPU the workers' tasks left too full for its own), for the run's records
+    return Verdict(verdict.reason, verdict.detail, {**verdict.measurements, MEMORY_RETRY: True})
 
 
 if __name__ == "__main__":

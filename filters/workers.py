@@ -23,8 +23,8 @@ from multiprocessing.connection import wait
 
 from opsynth.bytecode import wait_compiled
 from opsynth.filters.containment import Limits, host_memory_share
-from opsynth.filters.device_lock import DeviceLock
-from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.device_lock import ALONE, HOLD_MODE, PHASE, WAIT_MODE, DeviceLock
+from opsynth.filters.execution import REPORTED_PHASES, ExecutionConfig
 from opsynth.filters.process_time import only_child
 from opsynth.filters.worker_budgets import hold_limit_s, overdue, task_threads
 from opsynth.filters.worker_handle import (
@@ -284,6 +284,11 @@ class WorkerPool:
         self._replace(slot)
         return (w.job, Verdict(CRASH, why)) if working else None
 
+    def worker_states(self) -> list[tuple[int | None, str]]:
+        """(GPU, state) of each worker now, as its watch reports it (see `worker_state`): for a caller that
+        samples where the workers are while the GPU idles. Read without the run's lock, so only a snapshot."""
+        return [(self._gpus[slot % len(self._gpus)], worker_state(w)) for slot, w in enumerate(list(self._workers))]
+
     def worker_pids(self) -> list[int]:
         """The process ids of the workers now in the pool."""
         return [w.process.pid for w in self._workers]
@@ -301,6 +306,26 @@ class WorkerPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def worker_state(w: WorkerHandle) -> str:
+    """Where a worker is: `starting`, `no_task`, waiting for its GPU (`waiting_to_share`, `waiting_to_time`:
+    a timing or other exclusive hold), holding it (`sharing:PHASE`, `alone:PHASE`) or in a phase of its task
+    without it (`PHASE`, such as `compile`; `task` between phases; `handing_back`: its verdict sent, not yet
+    taken). Its watch is written by a process that runs task code: a value it could not have written reads as
+    `task`."""
+    if not w.ready:
+        return "starting"
+    if not w.working():
+        return "no_task"
+    watch = w.watch
+    code = watch[PHASE]
+    phase = REPORTED_PHASES[int(code) - 1] if code in range(1, len(REPORTED_PHASES) + 1) else "task"
+    if watch[WAIT_MODE]:
+        return "waiting_to_time" if watch[WAIT_MODE] == ALONE else "waiting_to_share"
+    if watch[HOLD_MODE]:
+        return f"{'alone' if watch[HOLD_MODE] == ALONE else 'sharing'}:{phase}"
+    return phase
 
 
 def _said(w: WorkerHandle) -> str:

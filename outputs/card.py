@@ -127,6 +127,8 @@ def _effort(stats: dict) -> list[str]:
     line = f"{counts['executions']} executions on the device ({counts['executions_per_row']} per row"
     if counts.get("ceiling_stops"):
         line += f"; {counts['ceiling_stops']} of them first tries stopped at a first timed forward over their ceiling"
+    if counts.get("memory_retries"):
+        line += f"; {counts['memory_retries']} tasks run again alone, out of memory beside the others"
     busy = stats.get("gpu_busy") or {}
     if busy.get("per_gpu"):
         gpus = ", ".join(f"{100 * b:.0f} %" for b in busy["per_gpu"])

@@ -59,7 +59,7 @@ def gpu_busy(sessions: list[dict]) -> dict | None:
     spans = [g for g in spans if len(g["busy_fraction"]) == gpus]
     total = sum(g["executing_s"] for g in spans)
     per_gpu = [round(sum(g["busy_fraction"][d] * g["executing_s"] for g in spans) / total, 3) for d in range(gpus)]
-    return {
+    busy = {
         "per_gpu": per_gpu,
         "mean": round(sum(per_gpu) / gpus, 3),
         "executing_s": round(total, 1),
@@ -67,6 +67,26 @@ def gpu_busy(sessions: list[dict]) -> dict | None:
         # the workers' start-up come first), summed
         "before_first_execution_s": round(sum(g.get("first_execution_s", 0.0) for g in spans), 1),
         "sampled_by": f"NVML utilization every {SAMPLE_PERIOD_S:g} s, from each session's first execution to its last",
+    }
+    if idle := while_idle([g["while_idle"] for g in spans if g.get("while_idle")]):
+        busy["while_idle"] = idle
+    return busy
+
+
+def while_idle(records: list[dict]) -> dict | None:
+    """Where a GPU's workers were while it idled (filters.gpu_busy), over sessions: the mean number in each
+    state, weighted by each session's idle seconds."""
+    idle_s = sum(r["idle_s"] for r in records)
+    if not idle_s:
+        return None
+    workers: Counter = Counter()
+    for r in records:
+        for state, n in r["workers"].items():
+            workers[state] += n * r["idle_s"]
+    return {
+        "idle_s": round(idle_s, 1),
+        "workers": {state: round(w / idle_s, 2) for state, w in workers.most_common()},
+        "sampled_by": "each worker's state beside each NVML sample, weighted by the GPU's idle share",
     }
 
 
@@ -131,8 +151,10 @@ def build_stats(
             # Executions of candidates on the device, calibration's re-measures included, and per row written.
             "executions": executions,
             "executions_per_row": round(executions / rows, 3) if rows else None,
-            # Of them, first tries stopped at their first timed forward, over their ceiling (CUDA).
+            # Of them, first tries stopped at their first timed forward, over their ceiling (CUDA); and tasks run
+            # again alone, out of memory beside the other workers of their GPU.
             "ceiling_stops": sum(r.get("ceiling_stops", 0) for r in rounds),
+            "memory_retries": sum(r.get("memory_retries", 0) for r in rounds),
         },
         "gpu_busy": gpu_busy(sessions),
         "funnel": funnel,

@@ -11,7 +11,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 
 from opsynth.config import DATA_SOURCES
-from opsynth.filters.calibration import CEILING_STOP
 from opsynth.filters.dedup import op_graph_hash
 from opsynth.pipeline import workfiles
 from opsynth.pipeline.graph import (
@@ -158,7 +157,8 @@ def executions(accepted: list[Candidate], rejected: list[Rejection]) -> int:
     return sum(1 + c.measurements.get("calibration_steps", 0) for c in executed)
 
 
-def ceiling_stops(accepted: list[Candidate], rejected: list[Rejection]) -> int:
-    """Of a round's executions, the first tries stopped at their ceiling (filters.calibration): each ended at its
-    first timed forward, before any compiling, and ran again."""
-    return sum(CEILING_STOP in c.measurements for c in executed_candidates(accepted, rejected))
+def marked(key: str, accepted: list[Candidate], rejected: list[Rejection]) -> int:
+    """Of a round's executed candidates, those whose measurements carry `key`: CEILING_STOP, a first try stopped
+    at its ceiling (filters.calibration), which ended at its first timed forward, before any compiling, and ran
+    again; MEMORY_RETRY, a try that ran out of memory beside the other workers and ran again alone."""
+    return sum(key in c.measurements for c in executed_candidates(accepted, rejected))

@@ -151,6 +151,8 @@ def gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: floa
     }
     if pool.ready_at is not None:
         record["workers_ready_s"] = round(pool.ready_at - t0, 1)
+    if (idle := monitor.workers_while_idle(pool.first_handed, pool.last_done)) is not None:
+        record["while_idle"] = idle  # where the workers were while the GPU idled
     if shapes is not None and shapes.ready_at is not None:
         record["shape_workers_ready_s"] = round(shapes.ready_at - t0, 1)
     return {"gpu": record}
@@ -212,7 +214,9 @@ def _generate(
     state = RunState(Selector(quota))
     selector = state.selector
     started = time.monotonic()
-    monitor = GpuBusyMonitor().__enter__() if execution.device == "cuda" else None
+    pool = workers.execution_pool
+    states = None if pool is None else pool.worker_states
+    monitor = GpuBusyMonitor(states=states).__enter__() if execution.device == "cuda" else None
     session.extra = lambda: gpu_record(monitor, workers.execution_pool, session.t0, workers.shape_pool)
     beside: Beside | None = None  # the next round, its CPU stages run beside this one's execution
     shown = display.active()

@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from opsynth.config import EXHAUSTION_YIELD
+from opsynth.filters.calibration import CEILING_STOP
+from opsynth.filters.worker_budgets import MEMORY_RETRY
 from opsynth.pipeline import workfiles
 from opsynth.pipeline.planning import SourceRound, exhausted_sources
 from opsynth.pipeline.round_pipelines import RoundInputs
@@ -18,9 +20,9 @@ from opsynth.pipeline.rounds import (
     REJECTED_SPOOL,
     SELECTED_SPOOL,
     WORK_FILE,
-    ceiling_stops,
     executions,
     leave_for_later_rounds,
+    marked,
     prepared_candidates,
 )
 from opsynth.pipeline.selection import Selector, trim
@@ -49,7 +51,8 @@ class RunState:
         candidates past the fill point set aside, the selection's choice spooled with the rejections, the
         round's record, and the sources it showed exhausted retired, their missing rows given to another."""
         r, plan, round_dir = inputs.number, inputs.plan, inputs.round_dir
-        spent, stopped = executions(accepted, rejected), ceiling_stops(accepted, rejected)
+        spent = executions(accepted, rejected)
+        stopped, retried = marked(CEILING_STOP, accepted, rejected), marked(MEMORY_RETRY, accepted, rejected)
         accepted, rejected, aside = trim(accepted, rejected, asked, prepared_candidates(round_dir))
         self.not_needed += len(aside)
         self.timed += timed_predictions(accepted, rejected)
@@ -78,6 +81,7 @@ class RunState:
                 "resumed": resumed,
                 "executions": spent,
                 "ceiling_stops": stopped,
+                "memory_retries": retried,
                 "stage_work_s": workfiles.read_json(workfiles.join(round_dir, WORK_FILE), {}),
                 "wall_s": round(time.monotonic() - started, 3),
             }

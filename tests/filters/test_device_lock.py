@@ -202,27 +202,59 @@ def test_within_alone_a_processs_shared_holds_are_exclusive(tmp_path):
 
 
 def test_a_device_lock_reports_its_holds_and_waits(tmp_path):
-    from opsynth.filters.device_lock import HOLD_SINCE, WAIT_SINCE, WAITED_S, DeviceLock
+    from opsynth.filters.device_lock import (
+        ALONE,
+        HOLD_MODE,
+        HOLD_SINCE,
+        WAIT_MODE,
+        WAIT_SINCE,
+        WAITED_S,
+        WATCH_FIELDS,
+        DeviceLock,
+    )
 
     path = str(tmp_path / "gpu0")
     a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path))
     assert a.wait(5)
-    watch = [0.0] * 3
+    watch = [0.0] * WATCH_FIELDS
     lock = DeviceLock(path)
     lock.watch(watch)
     b, release_b, thread_b = _enter_in_thread(lambda: lock)
     assert not b.wait(0.3)
-    assert watch[WAIT_SINCE] > 0 and watch[HOLD_SINCE] == 0
+    assert watch[WAIT_SINCE] > 0 and watch[HOLD_SINCE] == 0 and watch[WAIT_MODE] == ALONE
     release_a.set()
     assert b.wait(5)
     assert watch[WAITED_S] >= 0.3 and watch[WAIT_SINCE] == 0 and watch[HOLD_SINCE] > 0
+    assert watch[WAIT_MODE] == 0 and watch[HOLD_MODE] == ALONE
     assert lock.held
     release_b.set()
     thread_b.join(5)
     thread_a.join(5)
-    assert watch[HOLD_SINCE] == 0 and not lock.held
+    assert watch[HOLD_SINCE] == 0 and watch[HOLD_MODE] == 0 and not lock.held
     with lock.unwatched_holds(), lock:
         assert watch[HOLD_SINCE] == 0
+        assert watch[HOLD_MODE] == ALONE  # how it holds is told even where since when is not
+
+
+def test_a_shared_hold_and_a_wait_to_share_are_reported_as_such(tmp_path):
+    from opsynth.filters.device_lock import HOLD_MODE, SHARING, WAIT_MODE, WATCH_FIELDS, DeviceLock
+
+    path = str(tmp_path / "gpu0")
+    a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path))
+    assert a.wait(5)
+    watch = [0.0] * WATCH_FIELDS
+    lock = DeviceLock(path, slots=3)
+    lock.watch(watch)
+    b, release_b, thread_b = _enter_in_thread(lambda: lock.shared())
+    assert not b.wait(0.3)
+    assert watch[WAIT_MODE] == SHARING and watch[HOLD_MODE] == 0
+    release_a.set()
+    assert b.wait(5)
+    assert watch[WAIT_MODE] == 0 and watch[HOLD_MODE] == SHARING
+    release_b.set()
+    thread_b.join(5)
+    thread_a.join(5)
+    assert watch[HOLD_MODE] == 0
 
 
 def test_a_sharer_steps_aside_for_a_waiting_timing_and_shares_again_after_it(tmp_path):

@@ -491,6 +491,34 @@ def test_nested_phases_count_once():
     assert clock.seconds["compile"] + clock.seconds["compiled_first_run"] <= wall  # the inner time counted once
 
 
+def test_a_phase_clock_tells_the_phase_a_task_is_in_as_it_changes():
+    from opsynth.filters.timing import PhaseClock
+
+    told = []
+    clock = PhaseClock(report=told.append)
+    with clock("compile"):
+        with clock("compiled_first_run"):
+            pass
+        with clock("lock_wait"):
+            pass
+    assert told == ["compile", "compiled_first_run", "compile", "lock_wait", "compile", None]
+
+
+def test_a_worker_s_phase_reaches_its_watch_by_its_index_in_the_phases():
+    from opsynth.filters.device_lock import PHASE, WATCH_FIELDS, DeviceLock
+    from opsynth.filters.execution import PHASES, phase_reporter
+
+    lock = DeviceLock("unused")
+    watch = [0.0] * WATCH_FIELDS
+    lock.watch(watch)
+    report = phase_reporter(lock)
+    report("compile")
+    assert PHASES[int(watch[PHASE]) - 1] == "compile"
+    report(None)
+    assert watch[PHASE] == 0
+    assert phase_reporter(None) is None
+
+
 @pytest.mark.parametrize(
     ("events_ms", "eager_ms", "source", "reason", "holds"),
     [

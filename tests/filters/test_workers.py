@@ -317,3 +317,29 @@ def test_a_closing_pool_kills_its_busy_workers_at_once_and_gives_the_idle_ones_o
     assert {e[1] for e in events if e[0] == "asked"} == {f"idle{i}" for i in range(4)}
     assert sum(e[2] for e in events if e[0] == "wait") <= 0.2  # one grace for all four, not 0.2 s each
     assert {e[1] for e in events if e[0] == "killed"} == {w.name for w in workers}
+
+
+def test_a_worker_s_state_is_read_from_its_watch_and_a_value_it_could_not_write_reads_as_its_task():
+    from types import SimpleNamespace
+
+    from opsynth.filters.device_lock import ALONE, HOLD_MODE, PHASE, SHARING, WAIT_MODE, WATCH_FIELDS
+    from opsynth.filters.execution import PHASES
+    from opsynth.filters.workers import worker_state
+
+    def worker(ready=True, working=True, **fields):
+        watch = [0.0] * WATCH_FIELDS
+        for field, value in fields.items():
+            watch[{"hold": HOLD_MODE, "wait": WAIT_MODE, "phase": PHASE}[field]] = value
+        return SimpleNamespace(ready=ready, working=lambda: working, watch=watch)
+
+    compile_code = PHASES.index("compile") + 1
+    first_forward = PHASES.index("first_forward") + 1
+    assert worker_state(worker(ready=False)) == "starting"
+    assert worker_state(worker(working=False)) == "no_task"
+    assert worker_state(worker(phase=compile_code)) == "compile"
+    assert worker_state(worker(phase=first_forward, hold=SHARING)) == "sharing:first_forward"
+    assert worker_state(worker(phase=first_forward, hold=ALONE)) == "alone:first_forward"
+    assert worker_state(worker(wait=ALONE, phase=compile_code)) == "waiting_to_time"
+    assert worker_state(worker(wait=SHARING)) == "waiting_to_share"
+    assert worker_state(worker()) == "task"
+    assert worker_state(worker(phase=1e9)) == worker_state(worker(phase=2.5)) == "task"

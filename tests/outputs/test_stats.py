@@ -1,3 +1,5 @@
+from collections import Counter
+
 from opsynth.filters.gpu_busy import GpuBusyMonitor
 from opsynth.outputs.stats import gpu_busy, spread
 
@@ -21,6 +23,33 @@ def test_the_monitor_averages_only_the_samples_inside_a_span():
     monitor.samples = [(1.0, (0.0, 0.0)), (2.0, (1.0, 0.5)), (3.0, (0.5, 0.5)), (9.0, (0.0, 0.0))]
     assert monitor.busy(1.5, 3.5) == [0.75, 0.5]
     assert monitor.busy(4.0, 5.0) is None
+
+
+def test_where_the_workers_were_is_weighted_by_their_gpus_idle_share():
+    monitor = GpuBusyMonitor(period_s=1.0)
+    monitor.devices = [0, 1]
+    monitor.samples = [(1.0, (1.0, 0.0)), (2.0, (0.5, 1.0)), (9.0, (0.0, 0.0))]
+    monitor.state_samples = [
+        (1.0, Counter({(0, "compile"): 3, (1, "waiting_to_time"): 2, (1, "sharing:first_forward"): 1})),
+        (2.0, Counter({(0, "compile"): 1, (0, "no_task"): 2, (1, "compile"): 5})),
+        (9.0, Counter({(0, "no_task"): 9})),  # outside the span
+    ]
+    idle = monitor.workers_while_idle(0.5, 3.0)
+    # idle: GPU 1 all of the first sample, GPU 0 half of the second: 1.5 s
+    assert idle["idle_s"] == 1.5
+    assert idle["workers"] == {"waiting_to_time": 1.33, "no_task": 0.67, "sharing:first_forward": 0.67, "compile": 0.33}
+    assert monitor.workers_while_idle(3.0, 4.0) is None
+
+
+def test_sessions_where_the_workers_were_add_up_by_their_idle_seconds():
+    span = {"executing_s": 10.0, "busy_fraction": [0.5]}
+    sessions = [
+        {"wall_s": 20.0, "gpu": {**span, "while_idle": {"idle_s": 3.0, "workers": {"compile": 4.0, "no_task": 1.0}}}},
+        {"wall_s": 20.0, "gpu": {**span, "while_idle": {"idle_s": 1.0, "workers": {"compile": 8.0}}}},
+        {"wall_s": 20.0, "gpu": span},  # a session of older code
+    ]
+    idle = gpu_busy(sessions)["while_idle"]
+    assert idle["idle_s"] == 4.0 and idle["workers"] == {"compile": 5.0, "no_task": 0.75}
 
 
 def test_without_a_gpu_the_monitor_says_why_and_samples_nothing():

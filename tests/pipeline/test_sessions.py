@@ -65,7 +65,8 @@ def test_a_sessions_gpu_record_says_when_its_workers_started_and_how_long_they_w
 
     from opsynth.pipeline.run import gpu_record
 
-    monitor = SimpleNamespace(unavailable=None, busy=lambda start, end: [0.9])
+    idle = {"idle_s": 12.0, "workers": {"compile": 7.0}}
+    monitor = SimpleNamespace(unavailable=None, busy=lambda start, end: [0.9], workers_while_idle=lambda s, e: idle)
     pool = SimpleNamespace(first_handed=130.0, last_done=250.0, started_at=107.5, bytecode_wait_s=4.04, replaced=0,
                            ready_at=118.0)  # fmt: skip
     shapes = SimpleNamespace(ready_at=112.0)
@@ -73,6 +74,7 @@ def test_a_sessions_gpu_record_says_when_its_workers_started_and_how_long_they_w
         "gpu": {
             "executing_s": 120.0, "busy_fraction": [0.9], "first_execution_s": 30.0, "workers_started_s": 7.5,
             "bytecode_wait_s": 4.0, "workers_replaced": 0, "workers_ready_s": 18.0, "shape_workers_ready_s": 12.0,
+            "while_idle": idle,
         }
     }  # fmt: skip
     assert gpu_record(None, pool, 100.0) == {}  # a CPU run's

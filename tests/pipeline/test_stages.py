@@ -200,21 +200,25 @@ def test_a_first_try_has_a_ceiling_on_cuda_only_four_times_the_calibration_aim_h
     )
 
 
-def test_a_round_counts_its_executions_and_of_them_the_first_tries_stopped_at_their_ceiling():
+def test_a_round_counts_its_executions_and_of_them_the_first_tries_stopped_at_their_ceiling_or_run_alone():
     from opsynth.filters.calibration import CEILING_STOP
-    from opsynth.pipeline.rounds import ceiling_stops, executions
+    from opsynth.filters.worker_budgets import MEMORY_RETRY
+    from opsynth.pipeline.rounds import executions, marked
     from opsynth.records import Rejection
 
-    def executed(steps: int, stopped: bool) -> Candidate:
+    def executed(steps: int, stopped: bool, alone: bool = False) -> Candidate:
         return _candidate(steps, fixtures.GOOD).measured(
-            {"calibration_steps": steps} | ({CEILING_STOP: 9.5} if stopped else {})
+            {"calibration_steps": steps}
+            | ({CEILING_STOP: 9.5} if stopped else {})
+            | ({MEMORY_RETRY: True} if alone else {})
         )
 
-    accepted = [executed(0, False), executed(1, True), executed(2, True)]
+    accepted = [executed(0, False), executed(1, True), executed(2, True, alone=True)]
     rejected = [Rejection(executed(1, False), RUNTIME_BELOW_WINDOW, "execute", ""),
-                Rejection(executed(0, False), "not_needed", "execute", ""),  # never ran
+                Rejection(executed(0, False, alone=True), "not_needed", "execute", ""),  # never ran
                 Rejection(executed(0, False), "duplicate", "dedup", "")]  # fmt: skip
-    assert (executions(accepted, rejected), ceiling_stops(accepted, rejected)) == (8, 2)
+    assert executions(accepted, rejected) == 8
+    assert marked(CEILING_STOP, accepted, rejected) == 2 and marked(MEMORY_RETRY, accepted, rejected) == 1
 
 
 def test_a_batch_runs_its_heaviest_data_sources_first_and_each_source_in_index_order():
