@@ -33,6 +33,10 @@ def compile_model(model, inputs: list, cfg: ExecutionConfig, device_lock, clock:
     import torch._dynamo  # here, not above: the driver imports this module and never compiles
 
     with clock("compile"):
+        if torch.cuda.is_initialized():
+            # What the checks' forwards left in this worker's allocator is free to no other worker while this one
+            # compiles (seconds), holding nothing: the memory tasks beside it run out of.
+            torch.cuda.empty_cache()
         torch._dynamo.reset()
         compiled = torch.compile(model, backend=cfg.compile_backend)
     with first_call_holding(device_lock, clock), torch.no_grad():

@@ -713,6 +713,28 @@ class LeftToEager(torch.nn.Module):
         return x * 2
 
 
+def test_a_worker_gives_back_its_cached_gpu_memory_before_it_compiles_holding_nothing(monkeypatch):
+    """What the checks' forwards left cached in its allocator is free to no other worker while it compiles."""
+    from opsynth.filters.compiled_model import compile_model
+    from opsynth.filters.timing import PhaseClock
+
+    seen, lock = [], SharedLock()
+    phase = []
+    clock = PhaseClock(report=phase.append)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # as in a CUDA worker
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: seen.append((phase[-1], lock.held)))
+
+    def backend(graph, example_inputs):
+        seen.append(("compiled", lock.held))
+        return graph.forward
+
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 100.0), timeout_s=60, compile_backend=backend)
+    with torch.no_grad():
+        compile_model(torch.nn.Linear(4, 4).eval(), [torch.randn(2, 4)], cfg, lock, clock)
+    assert seen[:2] == [("compile", False), ("compiled", False)]
+
+
 @pytest.mark.parametrize("kind", ["plain", "lstm", "graph-break"])
 @pytest.mark.parametrize("real_lock", [False, True], ids=["stand-in", "device-lock"])
 def test_a_first_calls_graphs_and_what_it_leaves_to_eager_hold_the_device_lock_and_its_compiling_does_not(
