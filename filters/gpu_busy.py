@@ -75,24 +75,26 @@ class GpuBusyMonitor:
             return None
         return [round(sum(s[d] for s in taken) / len(taken), 3) for d in range(len(self.devices))]
 
-    def workers_while_idle(self, start: float, end: float) -> dict | None:
-        """Where the workers of a GPU were while it idled, between `start` and `end`: the mean number of them
-        in each state (filters.workers.worker_state), each sample weighted by its GPU's idle share, and the
-        idle seconds that weighs; None where no state was sampled then."""
+    def workers_while(self, start: float, end: float, busy: bool = False) -> dict | None:
+        """Where the workers of a GPU were while it idled (`busy`: while it was busy), between `start` and `end`:
+        the mean number of them in each state (filters.workers.worker_state), each sample weighted by its GPU's
+        idle (busy) share, and the seconds that weighs; None where no state was sampled then."""
         at = dict(self.samples)
-        idle_s, weighted = 0.0, Counter()
+        seconds, weighted = 0.0, Counter()
         for t, states in list(self.state_samples):
             if not start <= t <= end or t not in at:
                 continue
-            for d, busy in zip(self.devices, at[t], strict=True):
-                idle = 1.0 - busy
-                idle_s += idle * self.period_s
+            for d, used in zip(self.devices, at[t], strict=True):
+                share = (used if busy else 1.0 - used) * self.period_s
+                if not share:
+                    continue
+                seconds += share
                 for (gpu, state), n in states.items():
                     if gpu == d:
-                        weighted[state] += idle * n * self.period_s
-        if not idle_s:
+                        weighted[state] += share * n
+        if not seconds:
             return None
         return {
-            "idle_s": round(idle_s, 1),
-            "workers": {state: round(w / idle_s, 2) for state, w in sorted(weighted.items(), key=lambda x: -x[1])},
+            "seconds": round(seconds, 1),
+            "workers": {state: round(w / seconds, 2) for state, w in sorted(weighted.items(), key=lambda x: -x[1])},
         }

@@ -68,25 +68,26 @@ def gpu_busy(sessions: list[dict]) -> dict | None:
         "before_first_execution_s": round(sum(g.get("first_execution_s", 0.0) for g in spans), 1),
         "sampled_by": f"NVML utilization every {SAMPLE_PERIOD_S:g} s, from each session's first execution to its last",
     }
-    if idle := while_idle([g["while_idle"] for g in spans if g.get("while_idle")]):
-        busy["while_idle"] = idle
+    for key, share in (("while_idle", "idle"), ("while_busy", "busy")):
+        if states := workers_meanwhile([g[key] for g in spans if g.get(key)], share):
+            busy[key] = states
     return busy
 
 
-def while_idle(records: list[dict]) -> dict | None:
-    """Where a GPU's workers were while it idled (filters.gpu_busy), over sessions: the mean number in each
-    state, weighted by each session's idle seconds."""
-    idle_s = sum(r["idle_s"] for r in records)
-    if not idle_s:
+def workers_meanwhile(records: list[dict], share: str) -> dict | None:
+    """Where a GPU's workers were while it idled, or while it was busy (filters.gpu_busy), over sessions: the mean
+    number in each state, weighted by each session's seconds of it."""
+    seconds = sum(r["seconds"] for r in records)
+    if not seconds:
         return None
     workers: Counter = Counter()
     for r in records:
         for state, n in r["workers"].items():
-            workers[state] += n * r["idle_s"]
+            workers[state] += n * r["seconds"]
     return {
-        "idle_s": round(idle_s, 1),
-        "workers": {state: round(w / idle_s, 2) for state, w in workers.most_common()},
-        "sampled_by": "each worker's state beside each NVML sample, weighted by the GPU's idle share",
+        "seconds": round(seconds, 1),
+        "workers": {state: round(w / seconds, 2) for state, w in workers.most_common()},
+        "sampled_by": f"each worker's state beside each NVML sample, weighted by the GPU's {share} share",
     }
 
 

@@ -151,8 +151,9 @@ def gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: floa
     }
     if pool.ready_at is not None:
         record["workers_ready_s"] = round(pool.ready_at - t0, 1)
-    if (idle := monitor.workers_while_idle(pool.first_handed, pool.last_done)) is not None:
-        record["while_idle"] = idle  # where the workers were while the GPU idled
+    for busy, key in ((False, "while_idle"), (True, "while_busy")):  # where the workers were meanwhile
+        if (states := monitor.workers_while(pool.first_handed, pool.last_done, busy)) is not None:
+            record[key] = states
     if shapes is not None and shapes.ready_at is not None:
         record["shape_workers_ready_s"] = round(shapes.ready_at - t0, 1)
     return {"gpu": record}

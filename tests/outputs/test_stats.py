@@ -25,7 +25,7 @@ def test_the_monitor_averages_only_the_samples_inside_a_span():
     assert monitor.busy(4.0, 5.0) is None
 
 
-def test_where_the_workers_were_is_weighted_by_their_gpus_idle_share():
+def test_where_the_workers_were_is_weighted_by_their_gpus_idle_or_busy_share():
     monitor = GpuBusyMonitor(period_s=1.0)
     monitor.devices = [0, 1]
     monitor.samples = [(1.0, (1.0, 0.0)), (2.0, (0.5, 1.0)), (9.0, (0.0, 0.0))]
@@ -34,22 +34,27 @@ def test_where_the_workers_were_is_weighted_by_their_gpus_idle_share():
         (2.0, Counter({(0, "compile"): 1, (0, "no_task"): 2, (1, "compile"): 5})),
         (9.0, Counter({(0, "no_task"): 9})),  # outside the span
     ]
-    idle = monitor.workers_while_idle(0.5, 3.0)
+    idle = monitor.workers_while(0.5, 3.0)
     # idle: GPU 1 all of the first sample, GPU 0 half of the second: 1.5 s
-    assert idle["idle_s"] == 1.5
+    assert idle["seconds"] == 1.5
     assert idle["workers"] == {"waiting_to_time": 1.33, "no_task": 0.67, "sharing:first_forward": 0.67, "compile": 0.33}
-    assert monitor.workers_while_idle(3.0, 4.0) is None
+    busy = monitor.workers_while(0.5, 3.0, busy=True)
+    # busy: GPU 0 all of the first sample and half of the second, GPU 1 all of the second: 2.5 s
+    assert busy["seconds"] == 2.5
+    assert busy["workers"] == {"compile": 3.4, "no_task": 0.4}
+    assert monitor.workers_while(3.0, 4.0) is None
 
 
-def test_sessions_where_the_workers_were_add_up_by_their_idle_seconds():
+def test_sessions_where_the_workers_were_add_up_by_their_seconds_of_it():
     span = {"executing_s": 10.0, "busy_fraction": [0.5]}
     sessions = [
-        {"wall_s": 20.0, "gpu": {**span, "while_idle": {"idle_s": 3.0, "workers": {"compile": 4.0, "no_task": 1.0}}}},
-        {"wall_s": 20.0, "gpu": {**span, "while_idle": {"idle_s": 1.0, "workers": {"compile": 8.0}}}},
+        {"wall_s": 20.0, "gpu": {**span, "while_idle": {"seconds": 3.0, "workers": {"compile": 4.0, "no_task": 1.0}}}},
+        {"wall_s": 20.0, "gpu": {**span, "while_idle": {"seconds": 1.0, "workers": {"compile": 8.0}}}},
         {"wall_s": 20.0, "gpu": span},  # a session of older code
     ]
-    idle = gpu_busy(sessions)["while_idle"]
-    assert idle["idle_s"] == 4.0 and idle["workers"] == {"compile": 5.0, "no_task": 0.75}
+    busy = gpu_busy(sessions)
+    assert busy["while_idle"]["seconds"] == 4.0 and busy["while_idle"]["workers"] == {"compile": 5.0, "no_task": 0.75}
+    assert "while_busy" not in busy
 
 
 def test_without_a_gpu_the_monitor_says_why_and_samples_nothing():

@@ -65,8 +65,9 @@ def test_a_sessions_gpu_record_says_when_its_workers_started_and_how_long_they_w
 
     from opsynth.pipeline.run import gpu_record
 
-    idle = {"idle_s": 12.0, "workers": {"compile": 7.0}}
-    monitor = SimpleNamespace(unavailable=None, busy=lambda start, end: [0.9], workers_while_idle=lambda s, e: idle)
+    idle = {"seconds": 12.0, "workers": {"compile": 7.0}}
+    monitor = SimpleNamespace(unavailable=None, busy=lambda start, end: [0.9],
+                              workers_while=lambda start, end, busy: None if busy else idle)  # fmt: skip
     pool = SimpleNamespace(first_handed=130.0, last_done=250.0, started_at=107.5, bytecode_wait_s=4.04, replaced=0,
                            ready_at=118.0)  # fmt: skip
     shapes = SimpleNamespace(ready_at=112.0)
