@@ -85,11 +85,12 @@ def test_card_front_matter_is_hub_yaml():
     assert "torch#1 was asked for 1600 rows but stopped at 108: in round 3 only 13 of its 1785" in card
     assert size_category(999) == "n<1K" and size_category(10_000) == "10K<n<100K"
     assert "executions on the device" not in card  # none counted: a run checkpointed before they were
-    stats["counts"] |= {"executions": 1900, "executions_per_row": 1.267, "ceiling_stops": 120}
+    stats["counts"] |= {"executions": 1900, "executions_per_row": 1.267, "ceiling_stops": 120, "memory_retries": 4}
     stats["gpu_busy"] = {"per_gpu": [0.8], "executing_s": 500.0}
     card = render_card(stats, {"default": info, "rejected": {**info, "num_examples": 300}})
     assert ("1900 executions on the device (1.267 per row; 120 of them first tries stopped at a first timed forward"
-            " over their ceiling); GPU busy 80 % from the first execution to the last") in card  # fmt: skip
+            " over their ceiling; 4 tasks run again alone, out of memory beside the others); GPU busy 80 % from the"
+            " first execution to the last") in card  # fmt: skip
 
 
 def test_two_folders_of_the_same_name_do_not_share_a_datasets_cache(tmp_path):
