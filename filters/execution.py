@@ -165,7 +165,8 @@ def phase_reporter(device_lock):
     report = getattr(device_lock, "report_phase", None)
     if report is None:
         return None
-    return lambda phase: report(REPORTED_PHASES.index(phase) + 1 if phase else 0)
+    codes = {phase: k + 1 for k, phase in enumerate(REPORTED_PHASES)}
+    return lambda phase: report(codes.get(phase, 0))  # a phase no code names reads as none: it is only a report
 
 
 @functools.cache

@@ -516,6 +516,9 @@ def test_a_worker_s_phase_reaches_its_watch_by_its_index_in_the_phases():
     assert PHASES[int(watch[PHASE]) - 1] == "compile"
     report(None)
     assert watch[PHASE] == 0
+    report("compile")
+    report("a phase of a later version")
+    assert watch[PHASE] == 0
     assert phase_reporter(None) is None
 
 
