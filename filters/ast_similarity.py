@@ -26,6 +26,9 @@ SIGNIFICANT = frozenset({"Import", "FunctionDef", "If", "ClassDef", "While", "Fo
 ROOT_WEIGHT = {"Import": 0.3, "FunctionDef": 1.2, "If": 0.5}  # every other significant type weighs 1
 DECIMALS = 4  # the metric rounds its score
 MEMO_LIMIT = 2_000_000  # pairwise matches kept before the memo is cleared
+# Structures interned after the reference set's (the programs compared with it, one after another) kept before
+# they are dropped, with the memo: a 600,000-row run compares over a million programs, each adding a few.
+TRANSIENT_LIMIT = 100_000
 
 
 def _best_assignment(matrix: list[list[int]]) -> int:
@@ -49,10 +52,12 @@ class SkeletonTable:
 
     def __init__(self) -> None:
         self._ids: dict[tuple[str, tuple[int, ...]], int] = {}
+        self._keys: list[tuple[str, tuple[int, ...]]] = []  # the key each id was interned under
         self.kind: list[str] = []
         self.children: list[tuple[int, ...]] = []
         self.size: list[int] = []
         self._memo: dict[tuple[int, int], int] = {}
+        self._kept = 0  # ids below this are kept for good (see `keep`)
 
     def intern(self, kind: str, children: tuple[int, ...]) -> int:
         key = (kind, children)
@@ -61,10 +66,28 @@ class SkeletonTable:
             return found
         new = len(self.kind)
         self._ids[key] = new
+        self._keys.append(key)
         self.kind.append(kind)
         self.children.append(children)
         self.size.append(1 + sum(self.size[c] for c in children))
         return new
+
+    def keep(self) -> None:
+        """Keep every structure interned so far (a reference set's) for good: `forget_transient` drops only
+        those interned after."""
+        self._kept = len(self.kind)
+
+    def forget_transient(self) -> None:
+        """Where more than TRANSIENT_LIMIT structures were interned since `keep`, drop them, and every memoised
+        match: otherwise the table grows with every program compared. Called between programs, never while the
+        ids of one are in use (they may be handed out again)."""
+        if len(self.kind) - self._kept <= TRANSIENT_LIMIT:
+            return
+        for key in self._keys[self._kept :]:
+            del self._ids[key]
+        for column in (self._keys, self.kind, self.children, self.size):
+            del column[self._kept :]
+        self._memo.clear()
 
     def from_ast(self, node: ast.AST, labeled: bool = False) -> int:
         """The node's skeleton; `labeled` refines each type by its identifier (`Attribute:BatchNorm2d`)."""

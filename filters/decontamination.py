@@ -55,6 +55,7 @@ class Similarity:
 def similarity(source: str, index: KernelBenchIndex, graph: dict[str, int] | None = None, nodes: int = 0) -> Similarity:
     """The signals of a program against the reference; the graph's where `graph` (its features, of `nodes`
     operators, as the shape check records them) is given and holds more than one operator."""
+    index.table.forget_transient()  # the programs compared before this one, once they are many
     fp = fingerprint(index.table, source)
     if fp.raw_root is None:
         ast_score, ast_at, norm_score, norm_at = 0.0, 0, 0.0, 0

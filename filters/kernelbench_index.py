@@ -74,6 +74,7 @@ class KernelBenchIndex:
     graph_totals: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.table.keep()  # the references' structures; a compared program's are dropped in time (decontamination)
         self.graph_totals = [sum(g.values()) if g else 0 for g in self.graphs]
         self.raw_profiles = [profile(self.table, r) for r in self.raw_roots]
         self.normalized_profiles = [profile(self.table, r) for r in self.normalized_roots]

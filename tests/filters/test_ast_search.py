@@ -73,3 +73,21 @@ def test_a_program_of_one_significant_subtree_scores_zero_against_the_first():
     lone = profile(table, table.intern("Return", ()))
     assert best_match(table, lone, ReferenceSet(table, references)) == (0.0, 0)
     assert not np.any(ReferenceSet(table, references).bounds(lone))
+
+
+def test_a_long_run_forgets_the_programs_it_compared_and_scores_each_the_same(monkeypatch):
+    """The table keeps the references' structures for good and drops those of the programs compared with them
+    once they pass TRANSIENT_LIMIT, so that it does not grow with a run; the scores do not move."""
+    from opsynth.filters import ast_similarity
+    from opsynth.filters.decontamination import similarity
+
+    index = load_reference("embedded")
+    sources = [render(compose(seed, 1 + seed % 5, WORKLOADS["gpu"], COMPOSE_ATTEMPTS)).source for seed in range(12)]
+    remembered = [similarity(source, index) for source in sources]
+    monkeypatch.setattr(ast_similarity, "TRANSIENT_LIMIT", 0)  # forget before every program
+    forgetting = [similarity(source, index) for source in sources]
+    assert forgetting == remembered
+    table = index.table
+    table.forget_transient()
+    assert len(table.kind) == table._kept  # the last program's structures gone, the references' all there
+    assert all(best_match(table, p, index.raw_references)[0] == 1.0 for p in index.raw_profiles[::25])
