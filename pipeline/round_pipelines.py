@@ -150,7 +150,8 @@ def round_results(
 
 def run_pipeline(beam_args: list[str], build: Callable[[beam.Pipeline], None]) -> dict[str, float]:
     """Build and run one Beam pipeline; the seconds of work per stage, from its counters."""
-    p = beam.Pipeline(options=PipelineOptions(beam_args))
+    options = PipelineOptions(beam_args)
+    p = beam.Pipeline(runner=local_engine(options), options=options)
     build(p)
     result = p.run()
     result.wait_until_finish()
@@ -321,6 +322,28 @@ def prepare_args(beam_args: list[str], candidates: int) -> list[str]:
     return [*beam_args, "--direct_num_workers", str(processes), "--direct_running_mode", "multi_processing", *quiet]
 
 
+DIRECT_RUNNER_NAMES = ("directrunner", "direct")  # Beam's local runner, as --runner names it (or none does)
+
+
+def local_engine(options: PipelineOptions):
+    """The engine of Beam's local runner, pinned: its FnApiRunner, in this process or (multi-processing mode) in
+    processes it starts, built as the runner builds it; None for any other runner (Beam makes it). Left to
+    itself, Beam's local runner hands a pipeline to Prism, a binary it downloads on first use: a run would then
+    take another engine where the network reaches GitHub, and where it does not, wait for each round's download
+    to fail and leave a folder behind in the temporary directory."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    if (options.view_as(StandardOptions).runner or "DirectRunner").lower() not in DIRECT_RUNNER_NAMES:
+        return None
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    info = beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(info))
+
+
 def runs_in_this_process(beam_args: list[str]) -> bool:
     """Whether the pipelines run inside this process (Beam's local runner, in memory or in threads)."""
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
@@ -328,4 +351,4 @@ def runs_in_this_process(beam_args: list[str]) -> bool:
     beam_options = PipelineOptions(beam_args)
     runner = (beam_options.view_as(StandardOptions).runner or "DirectRunner").lower()
     mode = beam_options.view_as(DirectOptions).direct_running_mode
-    return runner in ("directrunner", "direct") and mode in ("in_memory", "multi_threading")
+    return runner in DIRECT_RUNNER_NAMES and mode in ("in_memory", "multi_threading")

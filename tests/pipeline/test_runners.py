@@ -119,6 +119,29 @@ def test_workers_start_early_only_where_the_pipelines_run_in_this_process():
     assert not runs_in_this_process(["--runner", "DataflowRunner"])
 
 
+@pytest.mark.parametrize("args", [[], ["--direct_num_workers", "2", "--direct_running_mode", "multi_processing"]])
+def test_beams_local_runner_runs_a_pipeline_itself_never_handing_it_to_a_downloaded_engine(monkeypatch, args):
+    """Left to itself, Beam's local runner gives a pipeline to Prism, a binary it downloads: where the network
+    allows it a run would take another engine, and where it does not, each round waits for the download to fail
+    (and leaves a folder behind). Other runners are Beam's to make."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability import prism_runner
+
+    from opsynth.pipeline.round_pipelines import local_engine, run_pipeline
+
+    tried = []
+
+    def prism(self, *_):
+        tried.append(self)
+        raise RuntimeError("no Prism here")  # Beam would fall back to its in-process engine
+
+    monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", prism)
+    assert run_pipeline(args, lambda p: p | beam.Create(range(5)) | beam.Map(abs)) is not None
+    assert tried == []
+    assert local_engine(PipelineOptions(["--runner", "PortableRunner"])) is None
+
+
 def test_a_run_in_this_process_starts_its_two_pools_once(pools_made, tmp_path):
     """The execution's workers and the shape check's, each started once for all the rounds' pipelines (Beam's
     Shared alone would keep only the last one acquired alive, and the other would start again each pipeline)."""
