@@ -9,8 +9,9 @@ the same dataset; each round writes its plan first (`plan.json`), and a resumed 
 
 Memory is bounded by a round, not by the run: the driver reads one round's records at a time, selects from
 them, and spools the round's rows and rejections, sorted, beside its outputs; the final shards are a merge of
-those spools. What it keeps across rounds is small per candidate (dedup keys, MinHash signatures of the rows,
-counts, and three numbers per row for the figures).
+those spools. What it keeps across rounds is small per row (a task key and the row's name, a count per operator
+graph, each round's record; on CUDA one ratio per execution for the sizing); the figures' two numbers per row are
+gathered as the shards are written.
 """
 
 from __future__ import annotations
