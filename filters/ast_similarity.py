@@ -25,10 +25,13 @@ LABEL_FIELDS = ("id", "attr", "arg", "name")
 SIGNIFICANT = frozenset({"Import", "FunctionDef", "If", "ClassDef", "While", "For", "comprehension", "Return"})
 ROOT_WEIGHT = {"Import": 0.3, "FunctionDef": 1.2, "If": 0.5}  # every other significant type weighs 1
 DECIMALS = 4  # the metric rounds its score
-MEMO_LIMIT = 2_000_000  # pairwise matches kept before the memo is cleared
-# Structures interned after the reference set's (the programs compared with it, one after another) kept before
-# they are dropped, with the memo: a 600,000-row run compares over a million programs, each adding a few.
-TRANSIENT_LIMIT = 100_000
+# Pairwise matches kept before the memo is cleared (about 110 bytes each: 21 MiB). A tiny candidate adds about 30,
+# and what a match of another program's left there saves is too little to measure (4.1 ms a candidate either way).
+MEMO_LIMIT = 200_000
+# Structures interned after the reference set's (the programs compared with it, one after another; about 290
+# bytes each, a candidate adding about 5) kept before they are dropped, with the memo: a 600,000-row run compares
+# over a million programs.
+TRANSIENT_LIMIT = 20_000
 
 
 def _best_assignment(matrix: list[list[int]]) -> int:
