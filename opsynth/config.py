@@ -144,6 +144,7 @@ SIZE_MAX_FACTOR = 65536.0
 PREDICTED_ABOVE_FACTOR = 10.0
 GPU_SPEED = DeviceSpeed(bytes_per_s=3.0e12, flops_per_s=4.0e13, kernel_ms=0.004)
 SPEED_SAMPLES = 50  # executions it takes to correct the speed
+SPEED_WINDOW = 10_000  # the latest executions whose median corrects it (a run's state stays flat)
 
 # Timing: (warm-ups, timed iterations). On the GPU, the paper's 10 profiled iterations; the warm-ups are the
 # checks' own forwards there (at least 5 before the profiler), so the first number is used on the CPU only, whose

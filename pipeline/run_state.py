@@ -7,10 +7,10 @@ to spools beside its outputs (see rounds), not here.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from opsynth.config import EXHAUSTION_YIELD
+from opsynth.config import EXHAUSTION_YIELD, SPEED_WINDOW
 from opsynth.filters.calibration import CEILING_STOP
 from opsynth.filters.worker_budgets import MEMORY_RETRY
 from opsynth.pipeline import workfiles
@@ -41,7 +41,8 @@ class RunState:
     rounds: list[dict] = field(default_factory=list)  # each round's record, for stats.json
     round_dirs: list[str] = field(default_factory=list)
     history: dict[str, list[SourceRound]] = field(default_factory=dict)  # source -> its finished rounds
-    timed: list[float] = field(default_factory=list)  # measured / predicted time of executions at their first sizes
+    # measured / predicted time of the latest executions at their first sizes
+    timed: deque = field(default_factory=lambda: deque(maxlen=SPEED_WINDOW))
     exhausted: dict[str, dict] = field(default_factory=dict)  # source -> when it was retired, where its rows went
     idle: int = 0  # rounds in a row that added no row
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Collection
 
 from opsynth.config import GPU_SPEED, SPEED_SAMPLES
 from opsynth.filters.execution import ExecutionConfig
@@ -27,9 +28,9 @@ def with_gpu_budget(options: GenerateOptions) -> GenerateOptions:
     return dataclasses.replace(options, max_elements=element_budget(smallest, execution))
 
 
-def round_sizing(options: GenerateOptions, timed: list[float], log=print) -> Sizing | None:
+def round_sizing(options: GenerateOptions, timed: Collection[float], log=print) -> Sizing | None:
     """How a round's candidates are sized before they run (CUDA only): at GPU_SPEED, corrected by the median of
-    `timed` once there are SPEED_SAMPLES of them."""
+    `timed` (the latest SPEED_WINDOW executions' measured over predicted time) once there are SPEED_SAMPLES."""
     if options.device != "cuda":
         return None
     correction = statistics.median(timed) if len(timed) >= SPEED_SAMPLES else 1.0

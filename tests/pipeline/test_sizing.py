@@ -34,6 +34,19 @@ def test_the_speed_is_corrected_by_the_median_of_measured_over_predicted_once_th
     assert logged == [f"sizing: measured / predicted time 2.00 (median of {SPEED_SAMPLES + 1} executions)"]
 
 
+def test_a_long_run_corrects_the_speed_by_its_latest_executions_and_keeps_no_more_of_them(monkeypatch):
+    from opsynth.pipeline import run_state
+    from opsynth.pipeline.selection import Selector
+
+    monkeypatch.setattr(run_state, "SPEED_WINDOW", 100)
+    state = run_state.RunState(Selector({"torch#2": 10}))
+    state.timed += [4.0] * 1_000  # early rounds, on a speed that has since changed
+    state.timed += [2.0] * 100
+    assert len(state.timed) == 100
+    corrected = round_sizing(OPTIONS, state.timed).speed
+    assert corrected.predicted_ms(COST) == pytest.approx(2 * GPU_SPEED.predicted_ms(COST))
+
+
 def test_only_executions_at_their_predicted_sizes_correct_the_speed():
     accepted = [_executed(3.0, 2.0), _executed(9.0, 1.0, steps=1)]  # the second was rescaled after its prediction
     rejected = [
