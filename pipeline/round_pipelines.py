@@ -325,15 +325,20 @@ def prepare_args(beam_args: list[str], candidates: int) -> list[str]:
 DIRECT_RUNNER_NAMES = ("directrunner", "direct")  # Beam's local runner, as --runner names it (or none does)
 
 
+def _direct(runner: str | None) -> bool:
+    """Whether a --runner value (None: not given) names Beam's local runner, by its short or its full name."""
+    return (runner or "DirectRunner").rsplit(".", 1)[-1].lower() in DIRECT_RUNNER_NAMES
+
+
 def local_engine(options: PipelineOptions):
     """The engine of Beam's local runner, pinned: its FnApiRunner, in this process or (multi-processing mode) in
     processes it starts, built as the runner builds it; None for any other runner (Beam makes it). Left to
     itself, Beam's local runner hands a pipeline to Prism, a binary it downloads on first use: a run would then
-    take another engine where the network reaches GitHub, and where it does not, wait for each round's download
-    to fail and leave a folder behind in the temporary directory."""
+    take another engine where the network reaches GitHub, and where it does not, try the download again for
+    each pipeline, leaving a folder in the temporary directory and a worker-pool server in this process."""
     from apache_beam.options.pipeline_options import StandardOptions
 
-    if (options.view_as(StandardOptions).runner or "DirectRunner").lower() not in DIRECT_RUNNER_NAMES:
+    if not _direct(options.view_as(StandardOptions).runner):
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
@@ -349,6 +354,5 @@ def runs_in_this_process(beam_args: list[str]) -> bool:
     from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
     beam_options = PipelineOptions(beam_args)
-    runner = (beam_options.view_as(StandardOptions).runner or "DirectRunner").lower()
     mode = beam_options.view_as(DirectOptions).direct_running_mode
-    return runner in DIRECT_RUNNER_NAMES and mode in ("in_memory", "multi_threading")
+    return _direct(beam_options.view_as(StandardOptions).runner) and mode in ("in_memory", "multi_threading")

@@ -139,6 +139,7 @@ def test_beams_local_runner_runs_a_pipeline_itself_never_handing_it_to_a_downloa
     monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", prism)
     assert run_pipeline(args, lambda p: p | beam.Create(range(5)) | beam.Map(abs)) is not None
     assert tried == []
+    assert local_engine(PipelineOptions(["--runner", "apache_beam.runners.direct.direct_runner.DirectRunner"]))
     assert local_engine(PipelineOptions(["--runner", "PortableRunner"])) is None
 
 
