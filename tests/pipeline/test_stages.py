@@ -78,6 +78,19 @@ def test_dedup_keeps_the_first_of_each_program_and_drops_keys_seen_before(tmp_pa
                     equal_to([(5, "duplicate"), (9, "duplicate")]), label="rejected")  # fmt: skip
 
 
+def test_dedup_finds_every_earlier_key_among_many_rounds_files_and_buckets(tmp_path):
+    """The earlier rounds' keys reach the join in buckets of many keys: each candidate meets its own key's
+    entries, whatever bucket and file they are in, and a damaged line matches nothing."""
+    candidates = [Candidate("torch#2", i, i, (f"op{i}",), "", (), f"key-{i}") for i in range(300)]
+    files = []
+    for r, keys in enumerate((range(0, 100), range(100, 150))):
+        files.append(tmp_path / f"seen-{r}.txt")
+        files[-1].write_text("".join(f"key-{k}\n" for k in keys) + "\ufffdkey-299\n\n")
+    with BeamTestPipeline() as p:
+        out = p | beam.Create(candidates) | DedupWithinSet(seen_files=[str(f) for f in files])
+        assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to(list(range(150, 300))))
+
+
 def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_take(tmp_path):
     from opsynth.filters.dedup import op_graph_hash
 
