@@ -10,6 +10,7 @@ from opsynth.bytecode import compile_ahead
 from opsynth.commands.arguments import add_command, add_execution_args, execution_settings, load_kernelbench, positive
 from opsynth.config import DEFAULT_PRESET
 from opsynth.errors import UsageError
+from opsynth.pipeline.engines import DIRECT_RUNNER_NAMES, runs_in_this_process
 
 GENERATE_EXAMPLES = """examples:
   opsynth generate --out out --num-samples 20 --device cpu --workload tiny
@@ -211,7 +212,7 @@ def _unknown_beam_args(extra: list[str]) -> list[str]:
     return unknown
 
 
-LOCAL_RUNNERS = {"directrunner", "direct", "prismrunner", "prism", "interactiverunner"}
+LOCAL_RUNNERS = {*DIRECT_RUNNER_NAMES, "prismrunner", "prism", "interactiverunner"}  # runners on this machine
 
 
 def distributed_runner(extra: list[str]) -> str | None:
@@ -231,6 +232,5 @@ def default_batch_size(workers: int, beam_args: list[str]) -> int:
     workers idle until the batch's last task is done); else BATCH_PER_WORKER per execution worker, so a round
     spreads over the runner's workers."""
     from opsynth.config import BATCH_PER_WORKER, IN_PROCESS_BATCH
-    from opsynth.pipeline.round_pipelines import runs_in_this_process
 
     return IN_PROCESS_BATCH if runs_in_this_process(beam_args) else BATCH_PER_WORKER * workers

@@ -26,6 +26,7 @@ from apache_beam.utils.shared import Shared
 from opsynth.errors import OpsynthError
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.pipeline import display, workfiles
+from opsynth.pipeline.engines import local_engine, runs_in_this_process
 from opsynth.pipeline.execution_stage import execution_order
 from opsynth.pipeline.graph import (
     ACCEPTED,
@@ -320,39 +321,3 @@ def prepare_args(beam_args: list[str], candidates: int) -> list[str]:
         return beam_args
     quiet = [] if any(a.startswith("--default_sdk_harness_log_level") for a in beam_args) else QUIET_HARNESS
     return [*beam_args, "--direct_num_workers", str(processes), "--direct_running_mode", "multi_processing", *quiet]
-
-
-DIRECT_RUNNER_NAMES = ("directrunner", "direct")  # Beam's local runner, as --runner names it (or none does)
-
-
-def _direct(runner: str | None) -> bool:
-    """Whether a --runner value (None: not given) names Beam's local runner, by its short or its full name."""
-    return (runner or "DirectRunner").rsplit(".", 1)[-1].lower() in DIRECT_RUNNER_NAMES
-
-
-def local_engine(options: PipelineOptions):
-    """The engine of Beam's local runner, pinned: its FnApiRunner, in this process or (multi-processing mode) in
-    processes it starts, built as the runner builds it; None for any other runner (Beam makes it). Left to
-    itself, Beam's local runner hands a pipeline to Prism, a binary it downloads on first use: a run would then
-    take another engine where the network reaches GitHub, and where it does not, try the download again for
-    each pipeline, leaving a folder in the temporary directory and a worker-pool server in this process."""
-    from apache_beam.options.pipeline_options import StandardOptions
-
-    if not _direct(options.view_as(StandardOptions).runner):
-        return None
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    info = beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
-    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(info))
-
-
-def runs_in_this_process(beam_args: list[str]) -> bool:
-    """Whether the pipelines run inside this process (Beam's local runner, in memory or in threads)."""
-    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
-
-    beam_options = PipelineOptions(beam_args)
-    mode = beam_options.view_as(DirectOptions).direct_running_mode
-    return _direct(beam_options.view_as(StandardOptions).runner) and mode in ("in_memory", "multi_threading")

@@ -37,6 +37,7 @@ from opsynth.operator_catalog.transformers_modules import SHARED_MODULE
 from opsynth.options import GenerateOptions, quotas
 from opsynth.pipeline import display, lookahead, parallel, workfiles
 from opsynth.pipeline.dataset_writer import write_dataset
+from opsynth.pipeline.engines import runs_in_this_process
 from opsynth.pipeline.lookahead import NextRound
 from opsynth.pipeline.parallel import helpers_for
 from opsynth.pipeline.planning import plan_round, speculative_plan
@@ -46,7 +47,6 @@ from opsynth.pipeline.round_pipelines import (
     prepare_round,
     round_inputs,
     round_results,
-    runs_in_this_process,
     shape_check_config,
     shape_workers,
 )

@@ -111,7 +111,7 @@ def test_a_large_rounds_cpu_stages_use_several_processes_unless_the_user_chose(m
 
 
 def test_workers_start_early_only_where_the_pipelines_run_in_this_process():
-    from opsynth.pipeline.round_pipelines import runs_in_this_process
+    from opsynth.pipeline.engines import runs_in_this_process
 
     assert runs_in_this_process([])
     assert runs_in_this_process(["--direct_running_mode", "multi_threading", "--direct_num_workers", "2"])
@@ -128,7 +128,8 @@ def test_beams_local_runner_runs_a_pipeline_itself_never_handing_it_to_a_downloa
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability import prism_runner
 
-    from opsynth.pipeline.round_pipelines import local_engine, run_pipeline
+    from opsynth.pipeline.engines import local_engine
+    from opsynth.pipeline.round_pipelines import run_pipeline
 
     tried = []
 
