@@ -14,11 +14,11 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from opsynth.data_sources import kind
 from opsynth.filters.dedup import op_graph_hash, split_group
+from opsynth.pipeline import workfiles
 from opsynth.pipeline.stages import COUNTER_NAMESPACE, KEPT, REJECTED, route
 from opsynth.reasons import DUPLICATE, Verdict
 from opsynth.records import Candidate
@@ -36,10 +36,8 @@ def _bucket(key: str | tuple[str, ...]) -> int:
 def _read_by_bucket(path: str, parse: Callable[[str], list[tuple]]) -> Iterator[tuple[int, str]]:
     """An earlier round's file as (bucket, its entries as text, a line each: the key's parts and the value),
     one element per bucket; `parse` gives the (key, int value) entries of a line (none for a damaged one)."""
-    with FileSystems.open(path) as f:
-        text = f.read().decode("utf-8", errors="replace")
     buckets: dict[int, list[str]] = defaultdict(list)
-    for line in text.splitlines():
+    for line in workfiles.read_text(path, errors="replace").splitlines():
         for key, value in parse(line):
             parts = [key] if isinstance(key, str) else list(key)
             buckets[_bucket(key)].append(SEPARATOR.join([*parts, str(int(value))]))

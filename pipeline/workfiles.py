@@ -42,9 +42,10 @@ def write_text(path: str, text: str) -> None:
     FileSystems.rename([tmp], [path])
 
 
-def read_text(path: str) -> str:
+def read_text(path: str, errors: str = "strict") -> str:
+    """A file's text; `errors` as bytes.decode takes it ("replace": a damaged byte reads as U+FFFD)."""
     with FileSystems.open(path) as f:
-        return f.read().decode("utf-8")
+        return f.read().decode("utf-8", errors=errors)
 
 
 def read_json(path: str, default=None):
