@@ -55,7 +55,6 @@ class SkeletonTable:
 
     def __init__(self) -> None:
         self._ids: dict[tuple[str, tuple[int, ...]], int] = {}
-        self._keys: list[tuple[str, tuple[int, ...]]] = []  # the key each id was interned under
         self.kind: list[str] = []
         self.children: list[tuple[int, ...]] = []
         self.size: list[int] = []
@@ -69,7 +68,6 @@ class SkeletonTable:
             return found
         new = len(self.kind)
         self._ids[key] = new
-        self._keys.append(key)
         self.kind.append(kind)
         self.children.append(children)
         self.size.append(1 + sum(self.size[c] for c in children))
@@ -86,9 +84,9 @@ class SkeletonTable:
         ids of one are in use (they may be handed out again)."""
         if len(self.kind) - self._kept <= TRANSIENT_LIMIT:
             return
-        for key in self._keys[self._kept :]:
+        for key in zip(self.kind[self._kept :], self.children[self._kept :], strict=True):
             del self._ids[key]
-        for column in (self._keys, self.kind, self.children, self.size):
+        for column in (self.kind, self.children, self.size):
             del column[self._kept :]
         self._memo.clear()
 
