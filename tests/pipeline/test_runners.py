@@ -15,8 +15,11 @@ TINY = fixtures.TINY_RUN
 
 
 @pytest.fixture
-def beam_worker_pool():
-    """An external pool of Beam SDK workers, as a portable runner's machines run them: its address."""
+def beam_worker_pool(tmp_path):
+    """An external pool of Beam SDK workers, as a portable runner's machines run them: its address. The pool
+    starts each worker as `python` from its PATH, so that name leads to this interpreter (where a virtual
+    environment is not activated, another Python without Beam would start, fail, and leave the job waiting)."""
+    import os
     import socket
     import subprocess
     import sys
@@ -25,8 +28,14 @@ def beam_worker_pool():
     with socket.socket() as s:
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
+    interpreter = tmp_path / "interpreter"
+    interpreter.mkdir()
+    launcher = interpreter / "python"  # not a link: a virtual environment's Python finds it by the path it runs as
+    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    launcher.chmod(0o755)
+    env = {**os.environ, "PATH": f"{interpreter}{os.pathsep}{os.environ.get('PATH', '')}"}
     command = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"]
-    pool = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pool = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         for _ in range(600):  # up once it listens
             with socket.socket() as s:
