@@ -2,10 +2,12 @@
 
 import logging
 import math
+import shutil
 
 import apache_beam as beam
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.shared import Shared
 
@@ -13,6 +15,7 @@ from opsynth.config import WORKLOADS
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.pipeline import parallel
 from opsynth.pipeline.dedup_stage import DedupWithinSet
+from opsynth.pipeline.engines import local_engine
 from opsynth.pipeline.execution_stage import ExecuteCandidates, execution_order
 from opsynth.pipeline.progress import Checkpointer, Tally
 from opsynth.pipeline.stages import (
@@ -29,6 +32,12 @@ from opsynth.records import Candidate, CandidateSpec, candidate_seed
 from tests import fixtures
 
 
+def _test_pipeline() -> TestPipeline:
+    """Beam's TestPipeline on the engine a run pins (pipeline.engines): left to itself, Beam's local runner tries
+    to download another engine for each pipeline and leaves a folder in the temporary directory each time."""
+    return TestPipeline(runner=local_engine(PipelineOptions()))
+
+
 def _candidate(index: int, code: str) -> Candidate:
     from opsynth.filters.dedup import dedup_key
 
@@ -37,7 +46,7 @@ def _candidate(index: int, code: str) -> Candidate:
 
 def test_compose_candidates_yields_one_rendered_candidate_per_spec():
     specs = [CandidateSpec("torch#2", i, candidate_seed(0, "torch#2", i)) for i in range(6)]
-    with BeamTestPipeline() as p:
+    with _test_pipeline() as p:
         out = p | beam.Create(specs) | ComposeCandidates(WORKLOADS["tiny"])
         assert_that(out[KEPT] | beam.Map(lambda c: (c.index, len(c.ops), "class Model" in c.code)),
                     equal_to([(i, 2, True) for i in range(6)]))  # fmt: skip
@@ -57,7 +66,7 @@ def test_check_shapes_routes_a_mismatch_to_rejected_with_its_reason_and_a_crash_
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False, workers=1)
     sources = (fixtures.GOOD, fixtures.SHAPE_MISMATCH, fixtures.SEGFAULT, fixtures.CONSTANT)
     candidates = [_candidate(i, source) for i, source in enumerate(sources)]
-    with BeamTestPipeline() as p:
+    with _test_pipeline() as p:
         out = p | beam.Create(candidates) | CheckShapes(cfg)
         assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([0, 3]))
         assert_that(out[REJECTED] | beam.Map(lambda r: (r.candidate.index, r.reason, r.stage)),
@@ -71,7 +80,7 @@ def test_dedup_keeps_the_first_of_each_program_and_drops_keys_seen_before(tmp_pa
                   _candidate(9, fixtures.VANISHING)]  # fmt: skip
     earlier = tmp_path / "seen-keys.txt"  # what an earlier round left: the keys it executed
     earlier.write_text(f"{_candidate(0, fixtures.VANISHING).dedup_key}\n")
-    with BeamTestPipeline() as p:
+    with _test_pipeline() as p:
         out = p | beam.Create(candidates) | DedupWithinSet(seen_files=[str(earlier)])
         assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to([2, 7]))
         assert_that(out[REJECTED] | beam.Map(lambda r: (r.candidate.index, r.reason)),
@@ -86,7 +95,7 @@ def test_dedup_finds_every_earlier_key_among_many_rounds_files_and_buckets(tmp_p
     for r, keys in enumerate((range(0, 100), range(100, 150))):
         files.append(tmp_path / f"seen-{r}.txt")
         files[-1].write_text("".join(f"key-{k}\n" for k in keys) + "\ufffdkey-299\n\n")
-    with BeamTestPipeline() as p:
+    with _test_pipeline() as p:
         out = p | beam.Create(candidates) | DedupWithinSet(seen_files=[str(f) for f in files])
         assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to(list(range(150, 300))))
 
@@ -101,7 +110,7 @@ def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_
     earlier = tmp_path / "graph-rows.jsonl"  # rows two earlier rounds selected per graph, and a damaged line
     for rows, kept in ((0, [1, 3]), (1, [3])):  # none selected yet: the lowest index goes; at the cap: none
         earlier.write_text(f'["torch#1", "{graph}", {rows}]\n["torch#2", "{graph}", 5]\n["torch#1", 7\n')
-        with BeamTestPipeline() as p:
+        with _test_pipeline() as p:
             out = (
                 p
                 | beam.Create([*linear, other])
@@ -119,7 +128,7 @@ def test_pipelines_given_one_pool_handle_start_execution_workers_once(pools_made
                           warmup=0, iters=1, workers=1)  # fmt: skip
     handle = Shared()
     for index in (1, 2):
-        with BeamTestPipeline() as p:
+        with _test_pipeline() as p:
             out = (
                 p
                 | beam.Create([_candidate(index, fixtures.GOOD)])
@@ -186,7 +195,7 @@ def test_an_execution_stage_asked_for_one_accepted_candidate_runs_no_more_than_i
     first = [_candidate(0, fixtures.CONSTANT), _candidate(1, fixtures.GOOD)]
     rest = [_candidate(i, fixtures.GOOD.replace("return", f"# {i}\n        return")) for i in range(2, 5)]
     progress = tmp_path / "progress"
-    with BeamTestPipeline() as p:
+    with _test_pipeline() as p:
         out = (
             p
             | beam.Create([*rest, *first])
@@ -281,7 +290,7 @@ def test_the_shape_check_sizes_candidates_toward_the_window_by_their_predicted_t
     candidates = [make_candidate(spec, workload) for spec in specs]
     before = {c.index: _predicted(c.code, sizing.speed) for c in candidates}
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False, workers=1)
-    with parallel.helping(helpers), BeamTestPipeline() as p:
+    with parallel.helping(helpers), _test_pipeline() as p:
         out = p | beam.Create(candidates) | CheckShapes(cfg, Shared(), sizing=sizing)
         kept = out[KEPT] | beam.Map(lambda c: (c.index, c.batch_scale, c.measurements.get("predicted_ms"),
                                                sizing.speed.predicted_ms(c.measurements["cost"])))  # fmt: skip
@@ -314,7 +323,7 @@ def test_a_candidate_the_sizing_leaves_far_above_the_window_is_rejected_unrun():
                   for i in range(12)]  # fmt: skip
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False, workers=1)
     too_slow = PREDICTED_ABOVE_FACTOR * window[1]
-    with BeamTestPipeline() as p:
+    with _test_pipeline() as p:
         out = p | beam.Create(candidates) | CheckShapes(cfg, Shared(), sizing=sizing)
         kept = out[KEPT] | "Kept" >> beam.Map(lambda c: c.measurements["predicted_ms"])
         dropped = out[REJECTED] | "Dropped" >> beam.Map(
@@ -360,7 +369,7 @@ def test_a_candidate_whose_forward_launches_no_kernel_is_rejected_unrun_as_below
     view = Candidate("torch#1", 0, 7, ("torch.t",), VIEW_ONLY, ({"shape": [64, 32], "dtype": "float32"},))
     computing = make_candidate(CandidateSpec("torch#2", 1, candidate_seed(5, "torch#2", 1)), workload)
     cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e4), timeout_s=30, compile_check=False, workers=1)
-    with BeamTestPipeline() as p:
+    with _test_pipeline() as p:
         out = p | beam.Create([view, computing]) | CheckShapes(cfg, Shared(), sizing=sizing)
         kept = out[KEPT] | "Kept" >> beam.Map(lambda c: (c.index, c.measurements["predicted_ms"] > 0))
         dropped = out[REJECTED] | "Dropped" >> beam.Map(lambda r: (r.candidate.index, r.reason, r.stage, r.detail))
@@ -379,9 +388,11 @@ def _predicted(code: str, speed) -> float:
 HINT = "type:nvidia-l4;count:1;install-nvidia-driver"
 
 
-def _built_pipelines() -> tuple[beam.Pipeline, beam.Pipeline, beam.Pipeline]:
+@pytest.fixture
+def built_pipelines():
     """A round's two parts (its CPU stages, its execution) as two pipelines, and both in one, as a distributed
-    runner gets a round's execution and the next round's CPU stages; built but not run."""
+    runner gets a round's execution and the next round's CPU stages; built but not run (so their temporary
+    folders, which running removes, are removed here)."""
     from opsynth.config import OPS6K_MIXTURE
     from opsynth.filters.execution import execution_config
     from opsynth.options import GenerateOptions
@@ -399,19 +410,21 @@ def _built_pipelines() -> tuple[beam.Pipeline, beam.Pipeline, beam.Pipeline]:
         build_prepare(p, [CandidateSpec("torch#1", 0, 0)], options, [], "r1", shape_check_config(execution))
     for p in (execute, both):
         build_execute(p, ["r/prepared-0.jsonl"], options, execution, "r", "progress")
-    return prepare, execute, both
+    yield prepare, execute, both
+    for p in (prepare, execute, both):
+        shutil.rmtree(p.local_tempdir, ignore_errors=True)
 
 
-def test_building_the_pipelines_prints_no_beam_warning(caplog):
+def test_building_the_pipelines_prints_no_beam_warning(caplog, request):
     """Beam warns of a DoFn whose process method both yields and returns a value, into the user's terminal."""
     with caplog.at_level(logging.WARNING):
-        _built_pipelines()
+        request.getfixturevalue("built_pipelines")
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
-def test_only_the_execution_carries_the_accelerator_hint_and_its_candidates_are_reshuffled():
+def test_only_the_execution_carries_the_accelerator_hint_and_its_candidates_are_reshuffled(built_pipelines):
     """A distributed runner may then run the CPU stages on CPU workers, and spreads a round's candidates."""
-    for pipelines in (_built_pipelines()[:2], _built_pipelines()[2:]):
+    for pipelines in (built_pipelines[:2], built_pipelines[2:]):
         hinted, names = set(), set()
         for p in pipelines:
             proto = p.to_runner_api()
