@@ -217,14 +217,15 @@ LOCAL_RUNNERS = {*DIRECT_RUNNER_NAMES, "prismrunner", "prism", "interactiverunne
 
 def distributed_runner(extra: list[str]) -> str | None:
     """The --runner among the Beam options when it runs the work on other machines (Dataflow, Flink, Spark). Read
-    as Beam's parser reads it (the last one given; no abbreviations), without importing Beam."""
+    as Beam's parser reads it (the last one given; no abbreviations; a class by its short or its full name),
+    without importing Beam."""
     runner = None
     for k, arg in enumerate(extra):
         if arg == "--runner" and k + 1 < len(extra):
             runner = extra[k + 1]
         elif arg.startswith("--runner="):
             runner = arg.split("=", 1)[1]
-    return runner if runner and runner.lower() not in LOCAL_RUNNERS else None
+    return runner if runner and runner.rsplit(".", 1)[-1].lower() not in LOCAL_RUNNERS else None
 
 
 def default_batch_size(workers: int, beam_args: list[str]) -> int:

@@ -382,18 +382,25 @@ def test_beam_workers_log_errors_only_unless_a_level_is_given():
     assert quiet_workers(["--default_sdk_harness_log_level", "INFO"]) == ["--default_sdk_harness_log_level", "INFO"]
 
 
+DATAFLOW = "apache_beam.runners.dataflow.dataflow_runner.DataflowRunner"
+
+
 @pytest.mark.parametrize(
-    "beam_args",
-    [[], ["--runner", "DataflowRunner"], ["--runner=FlinkRunner", "--job_endpoint", "embed"], ["--runner", "direct"],
-     ["--runner", "SparkRunner", "--runner", "DirectRunner"], ["--direct_num_workers", "2"]],
+    "beam_args, remote",
+    [([], None), (["--runner", "DataflowRunner"], "DataflowRunner"),
+     (["--runner=FlinkRunner", "--job_endpoint", "embed"], "FlinkRunner"), (["--runner", "direct"], None),
+     (["--runner", "SparkRunner", "--runner", "DirectRunner"], None), (["--direct_num_workers", "2"], None),
+     (["--runner", "apache_beam.runners.direct.direct_runner.DirectRunner"], None),
+     (["--runner", "PrismRunner"], None), (["--runner", DATAFLOW], DATAFLOW)],
 )  # fmt: skip
-def test_the_runner_is_read_as_beam_reads_it_before_beam_is_imported(beam_args):
+def test_the_runner_is_read_as_beam_reads_it_before_beam_is_imported(beam_args, remote):
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-    from opsynth.commands.generate import LOCAL_RUNNERS, distributed_runner
+    from opsynth.commands.generate import distributed_runner
 
-    runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
-    assert distributed_runner(beam_args) == (runner if runner and runner.lower() not in LOCAL_RUNNERS else None)
+    assert distributed_runner(beam_args) == remote
+    if remote is not None:  # as Beam reads it
+        assert PipelineOptions(beam_args).view_as(StandardOptions).runner == remote
 
 
 def test_the_libraries_say_only_errors_while_a_run_lasts_unless_verbose():
