@@ -2,15 +2,14 @@
 more candidates of one operator graph than the selection could still take, the earlier rounds' state read from
 files and joined by key.
 
-The join goes by bucket of keys (KEY_BUCKETS of them), each earlier round's file read into one element per
-bucket, its entries one text: every key the run has seen goes through each round's join, and as one element
-each, 600,000 keys took Beam's local runner 319 MiB and 8.2 CPU-s a round (now 189 MiB and 0.9 CPU-s)."""
+Each earlier round's file is read against this round's keys (a side input of one key per candidate), and only
+its entries for them go on to the join: what the join holds is this round's, however many keys the run has
+seen. When every earlier entry went through the join, the driver's peak rose with the run (BENCHMARKS.md, "State
+and memory")."""
 
 from __future__ import annotations
 
 import json
-import zlib
-from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator
 
 import apache_beam as beam
@@ -24,47 +23,22 @@ from opsynth.reasons import DUPLICATE, Verdict
 from opsynth.records import Candidate
 
 MEMBERS, EARLIER = "members", "earlier"  # the sides of a join of this round's candidates with earlier rounds' state
-KEY_BUCKETS = 64  # the groups the join's keys fall in: its parallelism on a distributed runner
-SEPARATOR = "\x1f"  # between the parts of a key and its value in a bucket's text (no key holds it)
 
 
-def _bucket(key: str | tuple[str, ...]) -> int:
-    text = key if isinstance(key, str) else SEPARATOR.join(key)
-    return zlib.crc32(text.encode()) % KEY_BUCKETS
-
-
-def _read_by_bucket(path: str, parse: Callable[[str], list[tuple]]) -> Iterator[tuple[int, str]]:
-    """An earlier round's file as (bucket, its entries as text, a line each: the key's parts and the value),
-    one element per bucket; `parse` gives the (key, int value) entries of a line (none for a damaged one)."""
-    buckets: dict[int, list[str]] = defaultdict(list)
+def _entries_for(path: str, parse: Callable[[str], list[tuple]], keys: Iterable[Hashable]) -> Iterator[tuple]:
+    """The (key, int value) entries of an earlier round's file whose key is among `keys`; `parse` gives the
+    entries of a line (none for a damaged one)."""
+    wanted = set(keys)
     for line in workfiles.read_text(path, errors="replace").splitlines():
         for key, value in parse(line):
-            parts = [key] if isinstance(key, str) else list(key)
-            buckets[_bucket(key)].append(SEPARATOR.join([*parts, str(int(value))]))
-    for bucket, lines in buckets.items():
-        yield bucket, "\n".join(lines)
-
-
-def _by_key(group: tuple[int, dict[str, Iterable]], key_of: Callable) -> Iterator[tuple[Hashable, dict[str, list]]]:
-    """A bucket's join split by key, as a join by key would give it, for the keys this round's candidates have."""
-    _, joined = group
-    members: dict[Hashable, list] = defaultdict(list)
-    for c in joined[MEMBERS]:
-        members[key_of(c)].append(c)
-    earlier: dict[Hashable, list] = defaultdict(list)
-    for text in joined[EARLIER]:
-        for line in text.split("\n"):
-            *parts, value = line.split(SEPARATOR)
-            key = parts[0] if len(parts) == 1 else tuple(parts)
-            if key in members:
-                earlier[key].append(int(value))
-    for key, group_members in members.items():
-        yield key, {MEMBERS: group_members, EARLIER: earlier.get(key, [])}
+            if key in wanted:
+                yield key, int(value)
 
 
 class _JoinEarlier(beam.PTransform):
-    """This round's candidates grouped by `key_of`, each group beside the values that the earlier rounds' files
-    (`files`, their lines read by `parse`) give its key: (key, {MEMBERS: candidates, EARLIER: values})."""
+    """This round's candidates grouped by `key_of`, each group beside the sum of the values that the earlier
+    rounds' files (`files`, their lines read by `parse`) give its key, if any: (key, {MEMBERS: candidates,
+    EARLIER: [sum] or []})."""
 
     def __init__(self, files: list[str], parse: Callable[[str], list[tuple]], key_of: Callable):
         super().__init__()
@@ -72,16 +46,15 @@ class _JoinEarlier(beam.PTransform):
 
     def expand(self, candidates):
         key_of = self.key_of
+        keyed = candidates | "KeyByKey" >> beam.Map(lambda c: (key_of(c), c))
+        keys = beam.pvalue.AsList(keyed | "Keys" >> beam.Keys())
         earlier = (
             candidates.pipeline
             | "EarlierFiles" >> beam.Create(self.files)
-            | "ReadByBucket" >> beam.FlatMap(_read_by_bucket, self.parse)
+            | "EntriesForThisRound" >> beam.FlatMap(_entries_for, self.parse, keys)
+            | "SumByKey" >> beam.CombinePerKey(sum)
         )
-        return (
-            {MEMBERS: candidates | "KeyByBucket" >> beam.Map(lambda c: (_bucket(key_of(c)), c)), EARLIER: earlier}
-            | "GroupByBucket" >> beam.CoGroupByKey()
-            | "SplitByKey" >> beam.FlatMap(_by_key, key_of)
-        )
+        return {MEMBERS: keyed, EARLIER: earlier} | "GroupByKey" >> beam.CoGroupByKey()
 
 
 class _DedupGroupFn(beam.DoFn):
@@ -141,8 +114,8 @@ class DedupWithinSet(beam.PTransform):
     `seen_files`, one per line); then, of the candidates sharing an operator graph, only as many as the selection
     could still take (`caps` per data source, less the rows already selected: the `[source, graph, rows]` lines
     of `graph_files`), so that no GPU time goes to rows the selection would skip. The earlier rounds' state is
-    read from files and joined by bucket of keys, so the pipeline's graph stays the same size however long the
-    run."""
+    read from files, and only its entries for this round's keys are joined, so neither the pipeline's graph nor
+    what the join holds grows with the run."""
 
     def __init__(
         self, caps: dict[str, int] | None = None, seen_files: Iterable[str] = (), graph_files: Iterable[str] = ()

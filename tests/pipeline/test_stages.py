@@ -7,7 +7,7 @@ import shutil
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils.shared import Shared
 
@@ -32,10 +32,10 @@ from opsynth.records import Candidate, CandidateSpec, candidate_seed
 from tests import fixtures
 
 
-def _test_pipeline() -> TestPipeline:
+def _test_pipeline() -> BeamTestPipeline:
     """Beam's TestPipeline on the engine a run pins (pipeline.engines): left to itself, Beam's local runner tries
     to download another engine for each pipeline and leaves a folder in the temporary directory each time."""
-    return TestPipeline(runner=local_engine(PipelineOptions()))
+    return BeamTestPipeline(runner=local_engine(PipelineOptions()))
 
 
 def _candidate(index: int, code: str) -> Candidate:
@@ -87,17 +87,23 @@ def test_dedup_keeps_the_first_of_each_program_and_drops_keys_seen_before(tmp_pa
                     equal_to([(5, "duplicate"), (9, "duplicate")]), label="rejected")  # fmt: skip
 
 
-def test_dedup_finds_every_earlier_key_among_many_rounds_files_and_buckets(tmp_path):
-    """The earlier rounds' keys reach the join in buckets of many keys: each candidate meets its own key's
-    entries, whatever bucket and file they are in, and a damaged line matches nothing."""
+def test_dedup_finds_every_earlier_key_among_many_rounds_files_and_passes_on_no_other(tmp_path):
+    """Each candidate meets its own key's entries, whatever file they are in, a damaged line matches nothing,
+    and of the earlier rounds' entries only those of this round's keys go on to the join (however many keys
+    the run has seen, the join holds this round's)."""
+    from opsynth.pipeline.dedup_stage import _entries_for, _seen_key_entry
+
     candidates = [Candidate("torch#2", i, i, (f"op{i}",), "", (), f"key-{i}") for i in range(300)]
     files = []
-    for r, keys in enumerate((range(0, 100), range(100, 150))):
+    for r, keys in enumerate((range(0, 100), range(100, 150), range(1000, 5000))):
         files.append(tmp_path / f"seen-{r}.txt")
         files[-1].write_text("".join(f"key-{k}\n" for k in keys) + "\ufffdkey-299\n\n")
     with _test_pipeline() as p:
         out = p | beam.Create(candidates) | DedupWithinSet(seen_files=[str(f) for f in files])
         assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to(list(range(150, 300))))
+    wanted = [c.dedup_key for c in candidates]
+    assert list(_entries_for(str(files[2]), _seen_key_entry, wanted)) == []
+    assert list(_entries_for(str(files[1]), _seen_key_entry, wanted)) == [(f"key-{k}", 1) for k in range(100, 150)]
 
 
 def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_take(tmp_path):
@@ -108,13 +114,15 @@ def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_
     other = Candidate("torch#2", 3, 3, ("nn.Linear", "torch.relu"), fixtures.CONSTANT, (), "k3")
     graph = op_graph_hash(("nn.Linear",))
     earlier = tmp_path / "graph-rows.jsonl"  # rows two earlier rounds selected per graph, and a damaged line
+    before = tmp_path / "graph-rows-0.jsonl"  # a round before them, which selected none of this graph
+    before.write_text(f'["torch#1", "{graph}", 0]\n')
     for rows, kept in ((0, [1, 3]), (1, [3])):  # none selected yet: the lowest index goes; at the cap: none
         earlier.write_text(f'["torch#1", "{graph}", {rows}]\n["torch#2", "{graph}", 5]\n["torch#1", 7\n')
         with _test_pipeline() as p:
             out = (
                 p
                 | beam.Create([*linear, other])
-                | DedupWithinSet({"torch#1": 1, "torch#2": 1}, graph_files=[str(earlier)])
+                | DedupWithinSet({"torch#1": 2, "torch#2": 1}, graph_files=[str(before), str(earlier), str(earlier)])
             )
             assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to(kept))
             assert_that(out[REJECTED] | beam.Map(lambda r: (r.reason, r.stage)),
