@@ -25,7 +25,7 @@ from opsynth.records import Candidate
 MEMBERS, EARLIER = "members", "earlier"  # the sides of a join of this round's candidates with earlier rounds' state
 
 
-def _entries_for(path: str, parse: Callable[[str], list[tuple]], keys: Iterable[Hashable]) -> Iterator[tuple]:
+def entries_for(path: str, parse: Callable[[str], list[tuple]], keys: Iterable[Hashable]) -> Iterator[tuple]:
     """The (key, int value) entries of an earlier round's file whose key is among `keys`; `parse` gives the
     entries of a line (none for a damaged one)."""
     wanted = set(keys)
@@ -51,7 +51,7 @@ class _JoinEarlier(beam.PTransform):
         earlier = (
             candidates.pipeline
             | "EarlierFiles" >> beam.Create(self.files)
-            | "EntriesForThisRound" >> beam.FlatMap(_entries_for, self.parse, keys)
+            | "EntriesForThisRound" >> beam.FlatMap(entries_for, self.parse, keys)
             | "SumByKey" >> beam.CombinePerKey(sum)
         )
         return {MEMBERS: keyed, EARLIER: earlier} | "GroupByKey" >> beam.CoGroupByKey()

@@ -91,7 +91,7 @@ def test_dedup_finds_every_earlier_key_among_many_rounds_files_and_passes_on_no_
     """Each candidate meets its own key's entries, whatever file they are in, a damaged line matches nothing,
     and of the earlier rounds' entries only those of this round's keys go on to the join (however many keys
     the run has seen, the join holds this round's)."""
-    from opsynth.pipeline.dedup_stage import _entries_for, _seen_key_entry
+    from opsynth.pipeline.dedup_stage import entries_for
 
     candidates = [Candidate("torch#2", i, i, (f"op{i}",), "", (), f"key-{i}") for i in range(300)]
     files = []
@@ -101,9 +101,9 @@ def test_dedup_finds_every_earlier_key_among_many_rounds_files_and_passes_on_no_
     with _test_pipeline() as p:
         out = p | beam.Create(candidates) | DedupWithinSet(seen_files=[str(f) for f in files])
         assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to(list(range(150, 300))))
-    wanted = [c.dedup_key for c in candidates]
-    assert list(_entries_for(str(files[2]), _seen_key_entry, wanted)) == []
-    assert list(_entries_for(str(files[1]), _seen_key_entry, wanted)) == [(f"key-{k}", 1) for k in range(100, 150)]
+    wanted, keys = [c.dedup_key for c in candidates], lambda line: [(line, 1)] if line else []
+    assert list(entries_for(str(files[2]), keys, wanted)) == []
+    assert list(entries_for(str(files[1]), keys, wanted)) == [(f"key-{k}", 1) for k in range(100, 150)]
 
 
 def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_take(tmp_path):
