@@ -10,7 +10,7 @@ from opsynth.bytecode import compile_ahead
 from opsynth.commands.arguments import add_command, add_execution_args, execution_settings, load_kernelbench, positive
 from opsynth.config import DEFAULT_PRESET
 from opsynth.errors import UsageError
-from opsynth.pipeline.engines import DIRECT_RUNNER_NAMES, runs_in_this_process
+from opsynth.pipeline.engines import DIRECT_RUNNER_NAMES, runner_name, runs_in_this_process
 
 GENERATE_EXAMPLES = """examples:
   opsynth generate --out out --num-samples 20 --device cpu --workload tiny
@@ -225,7 +225,7 @@ def distributed_runner(extra: list[str]) -> str | None:
             runner = extra[k + 1]
         elif arg.startswith("--runner="):
             runner = arg.split("=", 1)[1]
-    return runner if runner and runner.rsplit(".", 1)[-1].lower() not in LOCAL_RUNNERS else None
+    return runner if runner and runner_name(runner) not in LOCAL_RUNNERS else None
 
 
 def default_batch_size(workers: int, beam_args: list[str]) -> int:

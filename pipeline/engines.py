@@ -7,9 +7,15 @@ from __future__ import annotations
 DIRECT_RUNNER_NAMES = ("directrunner", "direct")  # Beam's local runner, as --runner names it (or none does)
 
 
+def runner_name(runner: str | None) -> str:
+    """The runner a --runner value (None: not given) names, as Beam reads it: its class's name whether given
+    short or in full, in lower case."""
+    return (runner or "DirectRunner").rsplit(".", 1)[-1].lower()
+
+
 def is_direct(runner: str | None) -> bool:
-    """Whether a --runner value (None: not given) names Beam's local runner, by its short or its full name."""
-    return (runner or "DirectRunner").rsplit(".", 1)[-1].lower() in DIRECT_RUNNER_NAMES
+    """Whether a --runner value (None: not given) names Beam's local runner."""
+    return runner_name(runner) in DIRECT_RUNNER_NAMES
 
 
 def local_engine(options):
