@@ -45,6 +45,15 @@ def candidate_key(source: str, code: str) -> str:
     return dedup_key(code) if kind(source) == "transformers" else task_key(code)
 
 
+def selection_key(candidate: Candidate) -> str:
+    """The task the selection counts `candidate` as (`task_key` of its code). A torch candidate carries it as its
+    dedup key from when it was made (`candidate_key`), so the driver does not parse its code again each round
+    and on each resume; a transformers candidate, keyed by its exact program, has it computed."""
+    if candidate.dedup_key and kind(candidate.data_source) != "transformers":
+        return candidate.dedup_key
+    return task_key(candidate.code)
+
+
 def input_elements(candidate: Candidate) -> int:
     """Elements of a candidate's inputs, all of them together."""
     return sum(math.prod(s["shape"]) for s in candidate.input_shapes)

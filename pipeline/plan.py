@@ -27,11 +27,11 @@ from opsynth.config import PLAN_EXECUTION_YIELD, PLAN_LONGEST_WALK, PLAN_REACH, 
 from opsynth.data_sources import kind
 from opsynth.errors import UsageError
 from opsynth.filters.decontamination import decontaminate
-from opsynth.filters.dedup import WithinSetFilter, task_key
+from opsynth.filters.dedup import WithinSetFilter
 from opsynth.filters.kernelbench_index import load_reference
 from opsynth.operator_catalog.compose import CompositionError
 from opsynth.options import GenerateOptions, quotas
-from opsynth.pipeline.candidates import make_candidate
+from opsynth.pipeline.candidates import make_candidate, selection_key
 from opsynth.pipeline.selection import rows_per_graph
 from opsynth.records import CandidateSpec, candidate_seed
 from opsynth.workload import TASK_DTYPES
@@ -112,7 +112,7 @@ def walk_source(
                 candidate = make_candidate(spec, options.sizes, op_weights=options.op_weights)
             except CompositionError:
                 continue
-            key = task_key(candidate.code)
+            key = selection_key(candidate)
             draws[key] += 1
             if candidate.dedup_key in seen:
                 continue

@@ -22,8 +22,9 @@ from opsynth.config import (
     NEEDED_SPARE,
 )
 from opsynth.data_sources import kind, operator_count
-from opsynth.filters.dedup import WithinSetFilter, task_key
+from opsynth.filters.dedup import WithinSetFilter
 from opsynth.operator_catalog.registry import sampleable
+from opsynth.pipeline.candidates import selection_key
 from opsynth.reasons import DUPLICATE, NOT_NEEDED, Verdict
 from opsynth.records import Candidate, Rejection
 
@@ -97,7 +98,7 @@ class Selector:
                     if kind(source) == "transformers"
                     else self.filters[source].admit(
                         candidate.id,
-                        task_key(candidate.code),
+                        selection_key(candidate),
                         candidate.ops,
                         rows_per_graph(source, self.quota[source]),
                     )

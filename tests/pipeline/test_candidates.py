@@ -41,9 +41,10 @@ def test_the_first_candidates_of_every_data_source_are_those_of_the_catalog_vers
 
 def test_the_dedup_key_is_the_selections_task_so_a_rescaled_torch_candidate_keeps_it():
     """The dedup stage drops, before any execution, what the selection would skip as the same task (a torch
-    program but for its batch extent); transformers variants are each their own row (exact programs only)."""
+    program but for its batch extent); transformers variants are each their own row (exact programs only). The
+    selection reads a torch candidate's task from its key, so the two must agree on every candidate made."""
     from opsynth.filters.dedup import dedup_key, task_key
-    from opsynth.pipeline.candidates import rescale_candidate
+    from opsynth.pipeline.candidates import rescale_candidate, selection_key
 
     same_task = 0
     for source in ("torch#3", "transformers"):
@@ -52,6 +53,7 @@ def test_the_dedup_key_is_the_selections_task_so_a_rescaled_torch_candidate_keep
             rescaled = rescale_candidate(original, 0.25, WORKLOADS["gpu"], "ops6k")
             for c in (original, rescaled) if rescaled is not None else (original,):
                 assert c.dedup_key == (dedup_key(c.code) if source == "transformers" else task_key(c.code))
+                assert selection_key(c) == task_key(c.code)
             if rescaled is not None and source != "transformers":
                 same_task += rescaled.code != original.code and rescaled.dedup_key == original.dedup_key
     assert same_task  # another program, the same key: dropped before execution
