@@ -26,9 +26,7 @@ from opsynth.records import Candidate
 MEMBERS, EARLIER = "members", "earlier"  # the sides of a join of this round's candidates with earlier rounds' state
 
 
-def entries_for(
-    path: str, parse: Callable[[str], list[tuple]], keys: Iterable[Hashable]
-) -> Iterator[tuple[Any, int]]:
+def entries_for(path: str, parse: Callable[[str], list[tuple]], keys: Iterable[Hashable]) -> Iterator[tuple[Any, int]]:
     """The (key, int value) entries of an earlier round's file whose key is among `keys`; `parse` gives the
     entries of a line (none for a damaged one). The return hint says these are pairs: Beam checks a keyed
     transform's input against it (a bare `tuple` is refused by CombinePerKey from Beam 2.78 on)."""

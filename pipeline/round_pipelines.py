@@ -8,10 +8,12 @@ pipeline finished, so a run started again resumes at the first incomplete one.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -149,13 +151,25 @@ def round_results(
     return (*records, resumed)
 
 
+# The local folders (`Pipeline.local_tempdir`) of the pipelines running now. Beam makes one per pipeline and
+# removes it when `run` returns, not when building fails or the process exits with a pipeline still running on a
+# thread (the next round's CPU stages, beside an execution stopped by a signal); those go at exit.
+_live_tempdirs: set[str] = set()
+atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in list(_live_tempdirs)])
+
+
 def run_pipeline(beam_args: list[str], build: Callable[[beam.Pipeline], None]) -> dict[str, float]:
     """Build and run one Beam pipeline; the seconds of work per stage, from its counters."""
     options = PipelineOptions(beam_args)
     p = beam.Pipeline(runner=local_engine(options), options=options)
-    build(p)
-    result = p.run()
-    result.wait_until_finish()
+    _live_tempdirs.add(p.local_tempdir)
+    try:
+        build(p)
+        result = p.run()
+        result.wait_until_finish()
+    finally:
+        shutil.rmtree(p.local_tempdir, ignore_errors=True)
+        _live_tempdirs.discard(p.local_tempdir)
     return stage_work_seconds(result)
 
 

@@ -3,6 +3,7 @@ external worker pool, the worker pools started once per run, the CPU stages on h
 round before's execution. The local runner's multi-processing mode: test_runner_processes.py."""
 
 import json
+import os
 import re
 
 import pytest
@@ -220,3 +221,43 @@ def test_the_next_rounds_cpu_stages_run_beside_this_ones_execution_and_make_the_
         json.loads((tmp_path / "beside" / ".opsynth" / f"round-{r:05d}" / "plan.json").read_text()) for r in (0, 1)
     ]
     assert plans == [{"torch#2": 4}, {"torch#2": 47}]
+
+
+_EXIT_MID_PIPELINE = """
+import os, sys, threading, time
+import apache_beam as beam
+from opsynth.pipeline.round_pipelines import run_pipeline
+
+def wait(x):
+    open(os.path.join(sys.argv[1], "started"), "w").close()
+    time.sleep(600)
+    return x
+
+threading.Thread(target=run_pipeline, args=([], lambda p: p | beam.Create([1]) | beam.Map(wait)), daemon=True).start()
+while not os.path.exists(os.path.join(sys.argv[1], "started")):
+    time.sleep(0.05)
+sys.exit(0)  # as a run stopped by a signal exits, its next round's CPU stages still running beside
+"""
+
+
+def test_no_pipeline_folder_is_left_by_a_build_that_fails_or_a_process_that_exits_mid_pipeline(tmp_path):
+    """Beam removes a pipeline's local folder when `run` returns; the run removes it also where building fails
+    and where it exits with a pipeline still running on a thread."""
+    import subprocess
+    import sys
+
+    temp, marks = tmp_path / "temp", tmp_path / "marks"
+    temp.mkdir(), marks.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    done = subprocess.run([sys.executable, "-c", _EXIT_MID_PIPELINE, str(marks)], env=env, timeout=300)
+    assert done.returncode == 0 and (marks / "started").exists()
+    assert not [p for p in temp.iterdir() if p.name.startswith("beam-pipeline-temp")]
+
+    failing = (
+        "import sys\nfrom opsynth.pipeline.round_pipelines import run_pipeline\n"
+        "def build(p): raise ValueError('no')\n"
+        "try:\n    run_pipeline([], build)\nexcept ValueError:\n    pass\n"
+        "import os, tempfile; print(sorted(os.listdir(tempfile.gettempdir())))\n"
+    )
+    listed = subprocess.run([sys.executable, "-c", failing], env=env, capture_output=True, text=True, timeout=300)
+    assert "beam-pipeline-temp" not in listed.stdout and listed.returncode == 0, listed.stderr
