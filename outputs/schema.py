@@ -37,7 +37,7 @@ TASK_SCHEMA = pa.schema(
 REJECTED_SCHEMA = pa.schema(
     [
         pa.field("reason", pa.string(), nullable=False),  # one of opsynth.reasons.REASONS
-        pa.field("stage", pa.string(), nullable=False),  # compose, shape_check, decontaminate, dedup, execute
+        pa.field("stage", pa.string(), nullable=False),  # one of outputs.stats.STAGES
         pa.field("detail", pa.string(), nullable=False),
         pa.field("data_source", pa.string(), nullable=False),
         pa.field("candidate_index", pa.int64(), nullable=False),

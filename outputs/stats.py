@@ -17,7 +17,7 @@ from opsynth.filters.gpu_busy import SAMPLE_PERIOD_S
 from opsynth.options import GenerateOptions
 from opsynth.reasons import NOT_NEEDED, REASONS
 
-STAGES = ("compose", "shape_check", "decontaminate", "dedup", "execute", "select")
+STAGES = ("compose", "earlier_rounds", "shape_check", "decontaminate", "dedup", "execute", "select")
 
 
 def _versions(generator_version: str) -> dict:

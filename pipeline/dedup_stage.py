@@ -19,7 +19,7 @@ from apache_beam.metrics import Metrics
 from opsynth.data_sources import kind
 from opsynth.filters.dedup import op_graph_hash, split_group
 from opsynth.pipeline import workfiles
-from opsynth.pipeline.stages import COUNTER_NAMESPACE, KEPT, REJECTED, route
+from opsynth.pipeline.stages import COUNTER_NAMESPACE, EARLIER_ROUNDS, KEPT, REJECTED, route
 from opsynth.reasons import DUPLICATE, Verdict
 from opsynth.records import Candidate
 
@@ -109,6 +109,73 @@ def _graph_rows_entry(line: str) -> list[tuple[tuple[str, str], int]]:
         return [((str(source), str(graph)), int(rows))]
     except (ValueError, TypeError):
         return []
+
+
+class _GraphFullFn(beam.DoFn):
+    """Every candidate of an operator graph that earlier rounds' rows hold at its cap, dropped; the rest on."""
+
+    def __init__(self, caps: dict[str, int]):
+        self.caps = caps
+
+    def process(self, group: tuple[tuple[str, str], dict[str, Iterable]]) -> Iterator:
+        (source, _), joined = group
+        taken = sum(joined[EARLIER])
+        full = source in self.caps and taken >= self.caps[source]
+        for c in joined[MEMBERS]:
+            if full:
+                why = f"operator graph at its cap of {self.caps[source]}: {taken} rows in earlier rounds"
+                yield from route(c, Verdict(DUPLICATE, why), EARLIER_ROUNDS)
+            else:
+                yield c
+
+
+class _TaskRunFn(beam.DoFn):
+    """Every candidate of a task (key) that an earlier round ran, dropped; the rest on."""
+
+    def process(self, group: tuple[str, dict[str, Iterable]]) -> Iterator:
+        _, joined = group
+        run_before = any(True for _ in joined[EARLIER])
+        for c in joined[MEMBERS]:
+            if run_before:
+                yield from route(c, Verdict(DUPLICATE, "the same task as an earlier round's candidate"), EARLIER_ROUNDS)
+            else:
+                yield c
+
+
+class RuledOutEarlier(beam.PTransform):
+    """Before a round's shape checks: drop the candidates that `DedupWithinSet` would drop whatever those
+    stages find, by what earlier rounds left alone, so that no CPU work goes to them: those of an operator graph
+    already at its cap (`caps`, the rows of `graph_files`: a candidate's operators never change), and, where
+    `keys_final` (no stage before the dedup changes a program: no sizing), those of a task an earlier round ran
+    (the keys of `seen_files`). Which candidates become rows is the same; in a large run most of a round's
+    candidates are such repeats. Within the round nothing is decided here: the dedup keeps the first survivor."""
+
+    def __init__(self, caps: dict[str, int] | None = None, seen_files: Iterable[str] = (),
+                 graph_files: Iterable[str] = (), *, keys_final: bool = False):  # fmt: skip
+        super().__init__()
+        self.caps = caps or {}
+        self.seen_files = list(seen_files) if keys_final else []
+        self.graph_files = list(graph_files) if self.caps else []
+
+    def expand(self, candidates):
+        kept, rejected = candidates, []
+        if self.graph_files:
+            left = (
+                kept
+                | "JoinEarlierGraphRows" >> _JoinEarlier(self.graph_files, _graph_rows_entry, _graph_of)
+                | "DropGraphsAtCap" >> beam.ParDo(_GraphFullFn(self.caps)).with_outputs(REJECTED, main=KEPT)
+            )
+            kept, rejected = left[KEPT], [*rejected, left[REJECTED]]
+        if self.seen_files:
+            left = (
+                kept
+                | "JoinEarlierKeys" >> _JoinEarlier(self.seen_files, _seen_key_entry, _task_of)
+                | "DropTasksRunBefore" >> beam.ParDo(_TaskRunFn()).with_outputs(REJECTED, main=KEPT)
+            )
+            kept, rejected = left[KEPT], [*rejected, left[REJECTED]]
+        if not rejected:
+            rejected = [candidates.pipeline | "NoneRuledOut" >> beam.Create([])]
+        return {KEPT: kept, REJECTED: tuple(rejected) | "RuledOutRejections" >> beam.Flatten()}
 
 
 class DedupWithinSet(beam.PTransform):

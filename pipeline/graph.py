@@ -1,8 +1,8 @@
 """The Beam graphs of one round, as JSON lines in and out. A round has two parts, so that a run resumed
 mid-round starts again at the execution (the GPU's work) without redoing its CPU stages:
 
-prepare:  specs -> ComposeCandidates -> CheckShapes -> DecontaminateAgainstKernelBench -> DedupWithinSet
-          -> prepared;  every stage's rejections -> rejected-prepare
+prepare:  specs -> ComposeCandidates -> RuledOutEarlier -> CheckShapes -> DecontaminateAgainstKernelBench
+          -> DedupWithinSet -> prepared;  every stage's rejections -> rejected-prepare
 execute:  prepared -> ExecuteCandidates -> accepted;  its rejections -> rejected-execute
 
 Each is a composite transform (`PrepareRound`, `ExecuteRound`), so that one pipeline may hold a round's
@@ -18,7 +18,7 @@ from apache_beam.utils.shared import Shared
 
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.options import GenerateOptions
-from opsynth.pipeline.dedup_stage import DedupWithinSet
+from opsynth.pipeline.dedup_stage import DedupWithinSet, RuledOutEarlier
 from opsynth.pipeline.execution_stage import ExecuteCandidates
 from opsynth.pipeline.stages import (
     CPU_STAGES,
@@ -98,12 +98,17 @@ class PrepareRound(beam.PTransform):
             | "CandidateSpecs" >> beam.Create(self.specs)
             | "ComposeCandidates" >> ComposeCandidates(options.sizes, options.op_weights)
         )
-        shaped = composed[KEPT] | "CheckShapes" >> CheckShapes(self.shape_config, self.shape_pool, sizing=self.sizing)
+        # Sized candidates are composed again, so their keys are final only where there is no sizing.
+        fresh = composed[KEPT] | "RuledOutEarlier" >> RuledOutEarlier(
+            self.graph_caps, *self.dedup_files, keys_final=self.sizing is None
+        )
+        shaped = fresh[KEPT] | "CheckShapes" >> CheckShapes(self.shape_config, self.shape_pool, sizing=self.sizing)
         clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
             options.kernelbench, options.similarity_threshold, options.jaccard_threshold
         )
         unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(self.graph_caps, *self.dedup_files)
-        rejected = tuple(s[REJECTED] for s in (composed, shaped, clean, unique)) | "AllRejections" >> beam.Flatten()
+        stages = (composed, fresh, shaped, clean, unique)
+        rejected = tuple(s[REJECTED] for s in stages) | "AllRejections" >> beam.Flatten()
         _ = unique[KEPT] | "WritePrepared" >> WriteRecords(f"{self.round_dir}/{PREPARED}")
         return rejected | "WriteRejected" >> WriteRecords(f"{self.round_dir}/{PREPARE_REJECTED}")
 

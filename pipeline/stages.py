@@ -74,7 +74,10 @@ def stage_work_seconds(result) -> dict[str, float]:
     return work
 
 
-CPU_STAGES = ("compose", "shape_check", "decontaminate")  # a candidate's own CPU stages, before the dedup's join
+# What drops a candidate before its shape check when earlier rounds rule it out (see dedup_stage.RuledOutEarlier).
+EARLIER_ROUNDS = "earlier_rounds"
+# The CPU stages a candidate passes one by one before the dedup's join of the round's candidates, in their order.
+CPU_STAGES = ("compose", EARLIER_ROUNDS, "shape_check", "decontaminate")
 
 
 def route(candidate: Candidate, verdict: Verdict, stage: str) -> Iterator:

@@ -14,7 +14,7 @@ from apache_beam.utils.shared import Shared
 from opsynth.config import WORKLOADS
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.pipeline import parallel
-from opsynth.pipeline.dedup_stage import DedupWithinSet
+from opsynth.pipeline.dedup_stage import DedupWithinSet, RuledOutEarlier
 from opsynth.pipeline.engines import local_engine
 from opsynth.pipeline.execution_stage import ExecuteCandidates, execution_order
 from opsynth.pipeline.progress import Checkpointer, Tally
@@ -127,6 +127,35 @@ def test_dedup_sends_no_more_candidates_of_an_operator_graph_than_selection_can_
             assert_that(out[KEPT] | beam.Map(lambda c: c.index), equal_to(kept))
             assert_that(out[REJECTED] | beam.Map(lambda r: (r.reason, r.stage)),
                         equal_to([("duplicate", "dedup")] * (3 - len(kept))), label="rejected")  # fmt: skip
+
+
+@pytest.mark.parametrize("keys_final", [True, False])
+def test_what_earlier_rounds_rule_out_goes_before_the_shape_check_and_the_same_candidates_come_through(
+    tmp_path, keys_final
+):
+    """Candidates of a graph that earlier rounds' rows hold at its cap, and (where no sizing can change a key)
+    of a task an earlier round ran, are dropped before the CPU stages; the dedup after them keeps exactly what it
+    keeps without that, repeats within the round included."""
+    from opsynth.filters.dedup import op_graph_hash
+
+    graphs = [("op-a",), ("op-b",), ("op-c",)]
+    candidates = [Candidate("torch#2", i, i, graphs[i % 3], "", (), f"key-{i % 7}") for i in range(21)]
+    seen = tmp_path / "seen-keys.txt"
+    seen.write_text("key-1\nkey-5\n")
+    rows = tmp_path / "graph-rows.jsonl"  # op-a at the cap of 2, op-b one row short of it
+    rows.write_text(f'["torch#2", "{op_graph_hash(graphs[0])}", 2]\n["torch#2", "{op_graph_hash(graphs[1])}", 1]\n')
+    caps, files = {"torch#2": 2}, ([str(seen)], [str(rows)])
+    with _test_pipeline() as p:
+        made = p | beam.Create(candidates)
+        alone = made | "Alone" >> DedupWithinSet(caps, *files)
+        early = made | RuledOutEarlier(caps, *files, keys_final=keys_final)
+        after = early[KEPT] | "After" >> DedupWithinSet(caps, *files)
+        index = lambda c: c.index  # noqa: E731
+        assert_that(after[KEPT] | "AfterKept" >> beam.Map(index), equal_to([2, 4]), label="after")
+        assert_that(alone[KEPT] | "AloneKept" >> beam.Map(index), equal_to([2, 4]), label="alone")
+        ruled_out = [i for i in range(21) if i % 3 == 0 or (keys_final and i % 7 in (1, 5))]
+        assert_that(early[REJECTED] | beam.Map(lambda r: (r.candidate.index, r.reason, r.stage)),
+                    equal_to([(i, "duplicate", "earlier_rounds") for i in ruled_out]), label="early")  # fmt: skip
 
 
 def test_pipelines_given_one_pool_handle_start_execution_workers_once(pools_made, tmp_path):
