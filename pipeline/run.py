@@ -38,6 +38,7 @@ from opsynth.options import GenerateOptions, quotas
 from opsynth.pipeline import display, lookahead, parallel, workfiles
 from opsynth.pipeline.dataset_writer import write_dataset
 from opsynth.pipeline.engines import runs_in_this_process
+from opsynth.pipeline.heap import hold_malloc_arenas
 from opsynth.pipeline.lookahead import NextRound
 from opsynth.pipeline.parallel import helpers_for
 from opsynth.pipeline.planning import plan_round, speculative_plan
@@ -110,6 +111,7 @@ def generate(
                 parallel.helping(helpers, **reference_state(options.kernelbench)),
                 SessionClock(work_root, t0=started) as session,
             ):
+                hold_malloc_arenas()  # after the helpers' fork: they, like the workers, keep glibc's default
                 try:
                     return _generate(options, beam_args, log, quota, work_root, session, workers)
                 finally:
