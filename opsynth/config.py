@@ -234,8 +234,8 @@ PLAN_LONGEST_WALK = 16_000
 EXHAUSTION_YIELD = 0.01
 EXHAUSTION_MIN_CANDIDATES = 1000
 
-# glibc malloc arenas the generate driver's threads share (pipeline.heap): two kept its resident memory from
-# creeping up round after round; its worker and helper processes keep glibc's default.
+# glibc malloc arenas the generate driver's threads share (pipeline.heap): two, from its start, kept its resident
+# memory from creeping up round after round; the execution's worker processes keep glibc's default.
 DRIVER_MALLOC_ARENAS = 2
 
 # The execution workers' time per phase of a task is counted under this prefix, summed over workers.

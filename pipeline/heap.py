@@ -1,8 +1,9 @@
 """The driver's heap. glibc's malloc gives the threads that allocate their own arenas (up to eight per core), and
 memory freed in one arena serves no other; Beam's in-process runner starts new threads for every pipeline, so
 over a long run's rounds the driver's resident memory crept up 3.5-5 MiB a round, though what it held did not
-grow. Held to a few arenas the threads share, the creep was under a third of that (BENCHMARKS.md, "State and
-memory")."""
+grow. Held to two arenas the threads share from the process's start, it stopped; set after the threads had
+taken theirs, it went on (BENCHMARKS.md, "State and memory"). The execution's workers are processes of their
+own and keep glibc's default."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ ARENA_ENV = "MALLOC_ARENA_MAX"  # glibc's own setting of it, read at a process's
 
 
 def hold_malloc_arenas(arenas: int = DRIVER_MALLOC_ARENAS) -> bool:
-    """Let this process's threads allocate from at most `arenas` glibc arenas from now on; the processes it has
-    started keep their own. False where it changes nothing: not glibc, or MALLOC_ARENA_MAX set by the user."""
+    """Let this process's threads allocate from at most `arenas` glibc arenas from now on (arenas its threads
+    already took stay in use: call it before they start). False where it changes nothing: not glibc, or
+    MALLOC_ARENA_MAX set by the user."""
     if not sys.platform.startswith("linux") or ARENA_ENV in os.environ:
         return False
     try:

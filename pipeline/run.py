@@ -74,6 +74,8 @@ def generate(
     """Make (or resume, or find finished) the dataset `options` ask for. `started`: when the user's wait began on
     the monotonic clock (the command line's process start), where this process's session counts from."""
     beam_args = beam_args or []
+    # Before this process starts a thread: once its threads have arenas of their own, a limit only stops more.
+    hold_malloc_arenas()
     options = with_gpu_budget(options)
     out = Path(options.out)
     quota = quotas(options.num_samples, options.mixture)
@@ -111,7 +113,6 @@ def generate(
                 parallel.helping(helpers, **reference_state(options.kernelbench)),
                 SessionClock(work_root, t0=started) as session,
             ):
-                hold_malloc_arenas()  # after the helpers' fork: they, like the workers, keep glibc's default
                 try:
                     return _generate(options, beam_args, log, quota, work_root, session, workers)
                 finally:
