@@ -144,7 +144,7 @@ class _TaskRunFn(beam.DoFn):
 
 class RuledOutEarlier(beam.PTransform):
     """Before a round's shape checks: drop the candidates that `DedupWithinSet` would drop whatever those
-    stages find, by what earlier rounds left alone, so that no CPU work goes to them: those of an operator graph
+    stages find, judged by the earlier rounds' files alone, so that no CPU work goes to them: those of an operator graph
     already at its cap (`caps`, the rows of `graph_files`: a candidate's operators never change), and, where
     `keys_final` (no stage before the dedup changes a program: no sizing), those of a task an earlier round ran
     (the keys of `seen_files`). Which candidates become rows is the same; in a large run most of a round's
