@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Hashable, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 import apache_beam as beam
@@ -70,6 +71,12 @@ class _DedupGroupFn(beam.DoFn):
             yield from route(c, Verdict(DUPLICATE, "the same task as an earlier candidate"), "dedup")
 
 
+def _room(caps: dict[str, int], source: str, taken: int) -> int | None:
+    """Candidates of one operator graph of `source` the selection could still take, `taken` rows of it already
+    (None: the source has no cap)."""
+    return max(0, caps[source] - taken) if source in caps else None
+
+
 class _GraphRoomFn(beam.DoFn):
     """Of the candidates sharing one operator graph, the lowest indices that selection could still take."""
 
@@ -80,7 +87,8 @@ class _GraphRoomFn(beam.DoFn):
         (source, _), joined = group
         ordered = sorted(joined[MEMBERS], key=lambda c: c.index)
         taken = sum(joined[EARLIER])
-        room = max(0, self.caps[source] - taken) if source in self.caps else len(ordered)
+        room = _room(self.caps, source, taken)
+        room = len(ordered) if room is None else room
         yield from ordered[:room]
         for c in ordered[room:]:
             why = f"operator graph at its cap of {self.caps[source]}: {taken} rows, {room} candidates ahead"
@@ -111,35 +119,33 @@ def _graph_rows_entry(line: str) -> list[tuple[tuple[str, str], int]]:
         return []
 
 
-class _GraphFullFn(beam.DoFn):
-    """Every candidate of an operator graph that earlier rounds' rows hold at its cap, dropped; the rest on."""
+def _graph_full(caps: dict[str, int], graph: tuple[str, str], earlier: Iterable[int]) -> str | None:
+    """Why a candidate of `graph` can no longer be selected, its rows in earlier rounds `earlier`: no room left."""
+    taken = sum(earlier)
+    if _room(caps, graph[0], taken) != 0:
+        return None
+    return f"operator graph at its cap of {caps[graph[0]]}: {taken} rows in earlier rounds"
 
-    def __init__(self, caps: dict[str, int]):
-        self.caps = caps
 
-    def process(self, group: tuple[tuple[str, str], dict[str, Iterable]]) -> Iterator:
-        (source, _), joined = group
-        taken = sum(joined[EARLIER])
-        full = source in self.caps and taken >= self.caps[source]
+def _task_run(_: str, earlier: Iterable[int]) -> str | None:
+    """Why a candidate of a task that earlier rounds' entries `earlier` name will be dropped: it ran before."""
+    return "the same task as an earlier round's candidate" if any(True for _ in earlier) else None
+
+
+class _RuledOutFn(beam.DoFn):
+    """Every candidate of a group that `why(key, earlier entries)` names a reason for, dropped; the rest on."""
+
+    def __init__(self, why: Callable[[Hashable, Iterable[int]], str | None]):
+        self.why = why
+
+    def process(self, group: tuple[Hashable, dict[str, Iterable]]) -> Iterator:
+        key, joined = group
+        why = self.why(key, joined[EARLIER])
         for c in joined[MEMBERS]:
-            if full:
-                why = f"operator graph at its cap of {self.caps[source]}: {taken} rows in earlier rounds"
+            if why is None:
+                yield c
+            else:
                 yield from route(c, Verdict(DUPLICATE, why), EARLIER_ROUNDS)
-            else:
-                yield c
-
-
-class _TaskRunFn(beam.DoFn):
-    """Every candidate of a task (key) that an earlier round ran, dropped; the rest on."""
-
-    def process(self, group: tuple[str, dict[str, Iterable]]) -> Iterator:
-        _, joined = group
-        run_before = any(True for _ in joined[EARLIER])
-        for c in joined[MEMBERS]:
-            if run_before:
-                yield from route(c, Verdict(DUPLICATE, "the same task as an earlier round's candidate"), EARLIER_ROUNDS)
-            else:
-                yield c
 
 
 class RuledOutEarlier(beam.PTransform):
@@ -158,21 +164,19 @@ class RuledOutEarlier(beam.PTransform):
         self.graph_files = list(graph_files) if self.caps else []
 
     def expand(self, candidates):
+        steps = [
+            ("GraphsAtCap", self.graph_files, _graph_rows_entry, _graph_of, partial(_graph_full, self.caps)),
+            ("TasksRunBefore", self.seen_files, _seen_key_entry, _task_of, _task_run),
+        ]
         kept, rejected = candidates, []
-        if self.graph_files:
-            left = (
-                kept
-                | "JoinEarlierGraphRows" >> _JoinEarlier(self.graph_files, _graph_rows_entry, _graph_of)
-                | "DropGraphsAtCap" >> beam.ParDo(_GraphFullFn(self.caps)).with_outputs(REJECTED, main=KEPT)
-            )
-            kept, rejected = left[KEPT], [*rejected, left[REJECTED]]
-        if self.seen_files:
-            left = (
-                kept
-                | "JoinEarlierKeys" >> _JoinEarlier(self.seen_files, _seen_key_entry, _task_of)
-                | "DropTasksRunBefore" >> beam.ParDo(_TaskRunFn()).with_outputs(REJECTED, main=KEPT)
-            )
-            kept, rejected = left[KEPT], [*rejected, left[REJECTED]]
+        for name, files, parse, key_of, why in steps:
+            if files:
+                left = (
+                    kept
+                    | f"JoinEarlierFor{name}" >> _JoinEarlier(files, parse, key_of)
+                    | f"Drop{name}" >> beam.ParDo(_RuledOutFn(why)).with_outputs(REJECTED, main=KEPT)
+                )
+                kept, rejected = left[KEPT], [*rejected, left[REJECTED]]
         if not rejected:
             rejected = [candidates.pipeline | "NoneRuledOut" >> beam.Create([])]
         return {KEPT: kept, REJECTED: tuple(rejected) | "RuledOutRejections" >> beam.Flatten()}

@@ -98,15 +98,18 @@ class PrepareRound(beam.PTransform):
             | "CandidateSpecs" >> beam.Create(self.specs)
             | "ComposeCandidates" >> ComposeCandidates(options.sizes, options.op_weights)
         )
+        seen, graphs = self.dedup_files or ((), ())
         # Sized candidates are composed again, so their keys are final only where there is no sizing.
-        fresh = composed[KEPT] | "RuledOutEarlier" >> RuledOutEarlier(
-            self.graph_caps, *self.dedup_files, keys_final=self.sizing is None
-        )
+        early = RuledOutEarlier(self.graph_caps, seen, graphs, keys_final=self.sizing is None)
+        fresh = composed[KEPT] | "RuledOutEarlier" >> early
         shaped = fresh[KEPT] | "CheckShapes" >> CheckShapes(self.shape_config, self.shape_pool, sizing=self.sizing)
         clean = shaped[KEPT] | "DecontaminateAgainstKernelBench" >> DecontaminateAgainstKernelBench(
             options.kernelbench, options.similarity_threshold, options.jaccard_threshold
         )
-        unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(self.graph_caps, *self.dedup_files)
+        # The tasks earlier rounds ran, where dropped before the shape check, are not looked for again.
+        unique = clean[KEPT] | "DedupWithinSet" >> DedupWithinSet(
+            self.graph_caps, () if early.seen_files else seen, graphs
+        )
         stages = (composed, fresh, shaped, clean, unique)
         rejected = tuple(s[REJECTED] for s in stages) | "AllRejections" >> beam.Flatten()
         _ = unique[KEPT] | "WritePrepared" >> WriteRecords(f"{self.round_dir}/{PREPARED}")
