@@ -113,7 +113,8 @@ class WorkerHandle:
         self.ready = False
         self.ready_at: float | None = None  # when it said it was up, which the pool reads only once it looks
         self.job: int | None = None  # the index of the job in hand
-        self.ahead: Job | None = None  # or the job in hand, started ahead of the run it belongs to
+        self.ahead: Job | None = None  # or the job in hand, which no run waits for (see `detach`)
+        self.in_hand: Job | None = None  # the job in hand, either way
         self.started = time.monotonic()  # when the job in hand was handed over
         self.deadline = self.started + STARTUP_TIMEOUT_S  # to start
         self.task_pid: int | None = None  # the process that runs its tasks (the child of `process`), once up
@@ -133,10 +134,17 @@ class WorkerHandle:
         self.cpu_at_hand = None if self.task_pid is None else cpu_seconds(self.task_pid)
         self.conn.send(job)
         self.started = time.monotonic()
+        self.in_hand = job
         if index is None:
             self.ahead = job
         else:
             self.job = index
+
+    def detach(self) -> int:
+        """The index of the job in hand, which from now on no run waits for: it runs on as a job started ahead
+        of its run does (its verdict dropped where no later run takes it)."""
+        index, self.job, self.ahead = self.job, None, self.in_hand
+        return index
 
     def idle(self) -> bool:
         return self.ready and self.job is None and self.ahead is None

@@ -142,7 +142,8 @@ class WorkerPool:
         not yet started, and its verdict replaces the first (so a chain of re-measures never waits for the rest
         of the list). `on_final(i, verdict)` is called as place i gets its final verdict (to checkpoint as
         results come in). `skip(i)`, asked as place i's job is about to be handed out, may return its verdict
-        instead: the job does not run.
+        instead: the job does not run; asked again while it runs, as other verdicts come in, it may decide the
+        place then: the run no longer waits for that job, which runs on as one started ahead (see below).
 
         `ahead()`, asked for a worker left idle once every job of this run is handed out, may return a job of
         a later run: it starts now, this run does not wait for it, and a later run given the same job takes
@@ -222,7 +223,18 @@ class WorkerPool:
                         self._ahead[started_ahead] = done[1]
                     else:
                         finish(*done)
+            if skip is not None:
+                self._let_go_unneeded(skip, finish)
         return [r if r is not None else Verdict(CRASH, "no verdict") for r in results]
+
+    def _let_go_unneeded(self, skip, finish) -> None:
+        """The jobs in the workers' hands whose places `skip` now decides (the verdicts in since they were handed
+        out make them not needed): their places final at once, the jobs left to run as if started ahead, so that
+        a run never waits for a task it no longer needs (the last round of a run, its slowest compiles)."""
+        for w in self._workers:
+            if w.job is not None and (verdict := skip(w.job)) is not None:
+                self._ahead[w.in_hand] = None
+                finish(w.detach(), verdict)
 
     def _collect(self, slot: int, w: WorkerHandle, now: float) -> tuple[int | None, Verdict] | None:
         """(job index, verdict) where worker `slot` finished, crashed or timed out on its job (index None: on

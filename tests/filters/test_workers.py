@@ -135,6 +135,29 @@ def test_a_job_decided_before_it_is_handed_out_does_not_run():
         assert pool.replaced == 0, "the segfaulting tasks never ran"
 
 
+def test_a_run_does_not_wait_for_a_job_that_the_verdicts_since_it_was_handed_out_make_not_needed():
+    """Place 1 (a task whose model takes a minute to build) is needed until place 0's verdict comes in: the run
+    then decides it without waiting for it, its worker still on it, and the next run takes the other worker."""
+    from opsynth.reasons import NOT_NEEDED
+    from opsynth.reasons import Verdict as V
+
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e6), timeout_s=300.0, compile_check=False, workers=2)
+    sleeper = Job("sleeper", fixtures.task("return x * 2", "import time\ntime.sleep(60)"), 1)
+    finals = []
+    with WorkerPool(cfg) as pool:
+        pool.wait_ready()
+        verdicts = pool.run(
+            [Job("fast", fixtures.GOOD, 0), sleeper],
+            on_final=lambda i, v: finals.append((i, v.reason)),
+            skip=lambda i: V(NOT_NEEDED, "enough") if i == 1 and finals else None,
+        )
+        assert [v.reason for v in verdicts] == [KEEP, NOT_NEEDED] and finals == [(0, KEEP), (1, NOT_NEEDED)]
+        assert pool.handed == 2, "the sleeper was handed out before it was found not needed"
+        assert sorted(state != "no_task" for _, state in pool.worker_states()) == [False, True]  # still on it
+        assert [v.reason for v in pool.run([Job("next", fixtures.GOOD, 2)])] == [KEEP]
+        assert pool.replaced == 0
+
+
 def test_workers_keep_transformers_notice_about_standalone_attention_from_the_user():
     """Each worker that runs a transformers attention module would print it once: what those tasks are. The
     records are collected by a handler of the test's own, whatever other tests did to the library's logging."""
