@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from opsynth.filters.comparison import discrete, flatten_outputs, outputs_close
-from opsynth.filters.device_lock import shared_mode, unwatched
+from opsynth.filters.device_lock import give_back_cached, shared_mode, unwatched
 from opsynth.filters.timing import PhaseClock, host_time_ms
 from opsynth.filters.verdicts import CheckFailed, classify_error
 from opsynth.reasons import COMPILE_ERROR, COMPILE_MISMATCH, OUT_OF_MEMORY, one_line
@@ -36,7 +36,7 @@ def compile_model(model, inputs: list, cfg: ExecutionConfig, device_lock, clock:
         if torch.cuda.is_initialized():
             # What the checks' forwards left in this worker's allocator is free to no other worker while this one
             # compiles (seconds), holding nothing: the memory tasks beside it run out of.
-            torch.cuda.empty_cache()
+            give_back_cached(device_lock)
         torch._dynamo.reset()
         compiled = torch.compile(model, backend=cfg.compile_backend)
     with first_call_holding(device_lock, clock), torch.no_grad():

@@ -16,6 +16,13 @@ SLOT_POLL_S = 0.005  # how often a task waiting to share a GPU looks for a free 
 # machine, fresh compile caches each): 248 drains with 2.8 timings each, against 539 with 1.3 without gathering;
 # the GPU busy over 87.5 % of the execution, against 80.8 %; the execution as long (124 s, 122 s).
 TIMING_GATHER_S = 0.15
+# The driver clears GPU memory that a process frees after the free has returned, for a time that grows with its
+# size, and the clearing slows other processes' memory-bound kernels: on one H100, an elementwise forward of
+# 1.43 ms ran 16 % longer in the 20 ms after another process freed 8 GiB, and as long as ever otherwise (its
+# allocations slowed nothing). A timing waits for memory freed before it to be cleared, at this rate (the slowest
+# that measure allows), and at most CLEARING_WAIT_MAX_S (a value written by task code is not trusted further).
+FREED_CLEARING_BYTES_PER_S = 150e9
+CLEARING_WAIT_MAX_S = 1.0
 # A worker's watch: what its DeviceLock reports, in a shared array the pool reads: since when it holds the GPU and
 # since when it waits for it (monotonic clock seconds, 0 where it does not), the seconds it waited in all; how it
 # holds and how it waits (SHARING or ALONE, 0 where it does not), and the phase its task is in (its index in the
@@ -41,6 +48,10 @@ class DeviceLock:
     points it calls `yield_to_timings`, which lets any timing waiting go first and then shares again. So a
     timing waits for the sharers' current device step, not for the whole of their checks.
 
+    Memory a worker gives back to the driver is cleared after the free (see FREED_CLEARING_BYTES_PER_S): the
+    free runs while no timing does (`freeing`), says for how long its memory is being cleared (`clearing`), and
+    a timing that enters before then waits that long first.
+
     That wait is the cost of a drain: the GPU runs only the steps the sharers are finishing, often host work (a
     first forward's set-up), while every other task waits. So a timing that finds tasks sharing the GPU first
     waits up to `gather_s`, the sharers going on meanwhile, for another timing to start a drain, and joins it at
@@ -52,6 +63,7 @@ class DeviceLock:
         self.slots = slots
         self.gather_s = gather_s
         self._fds: dict[str, int] | None = None  # opened lazily, in the process that uses them
+        self._clearing = None  # until when the memory freed by the lock's holders is being cleared
         self._watch = None  # where this process reports its holds and waits (see `watch`)
         self._holds_watched = True
         self._alone = False  # see `alone`
@@ -60,8 +72,9 @@ class DeviceLock:
         self._slot: int | None = None  # the slot it shares the GPU in, while it does
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "slots": self.slots, "gather_s": self.gather_s, "_fds": None, "_watch": None,
-                "_holds_watched": True, "_alone": False, "held": False, "sharing": False, "_slot": None}  # fmt: skip
+        return {"path": self.path, "slots": self.slots, "gather_s": self.gather_s, "_fds": None, "_clearing": None,
+                "_watch": None, "_holds_watched": True, "_alone": False, "held": False, "sharing": False,
+                "_slot": None}  # fmt: skip
 
     @contextlib.contextmanager
     def alone(self):
@@ -128,6 +141,7 @@ class DeviceLock:
             self._gather()
         fcntl.flock(self._fd("pending"), fcntl.LOCK_SH)  # from now on, no new shared holder enters
         fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
+        self._await_clearing()
         self._holding(ALONE)
         return self
 
@@ -161,6 +175,43 @@ class DeviceLock:
         finally:
             self._slot = None
             fcntl.flock(slot, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def freeing(self):
+        """For giving memory back to the driver (`give_back_cached`): no timing runs meanwhile, the `rw` file
+        held shared as the checks hold it but with no slot and not behind the timings pending (a free takes
+        milliseconds; a timing waiting for it then waits for its clearing, see `clearing`). Where this process
+        holds the lock already, as it is."""
+        if self.held:
+            yield
+            return
+        fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
+
+    def clearing(self, seconds: float) -> None:
+        """Within `freeing` (or a hold): memory this process freed is cleared for `seconds` from now, which no
+        timing may overlap (see FREED_CLEARING_BYTES_PER_S)."""
+        fd, until = self._fd("clearing"), time.monotonic() + seconds
+        fcntl.flock(fd, fcntl.LOCK_EX)  # freeing processes may write at once: the later deadline stays
+        try:
+            deadline = self._clearing_deadline()
+            deadline[0] = max(deadline[0], until)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _await_clearing(self) -> None:
+        """Holding the GPU alone: wait until the memory its earlier holders freed is cleared."""
+        wait = self._clearing_deadline()[0] - time.monotonic()
+        if wait > 0:
+            time.sleep(min(wait, CLEARING_WAIT_MAX_S))
+
+    def _clearing_deadline(self):
+        if self._clearing is None:
+            self._clearing = open_watch(f"{self.path}.clearing", 1)
+        return self._clearing
 
     def sharers(self) -> int:
         """While this process shares the GPU: how many other tasks share it now (their slots taken), asked without
@@ -277,6 +328,25 @@ def pausing_between_modules(pause):
             handle.remove()
 
 
+def give_back_cached(lock, cuda=None) -> None:
+    """Return the GPU memory this process's allocator caches (`cuda`: torch.cuda) to the driver, never beside
+    another task's timing: while none runs (`DeviceLock.freeing`), and a timing after it waits until the driver
+    has cleared what it freed (`DeviceLock.clearing`). Any other lock (none, a CPU run's) is left as it is."""
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda
+    if not isinstance(lock, DeviceLock):
+        cuda.empty_cache()
+        return
+    with lock.freeing():
+        before = cuda.memory_reserved()
+        cuda.empty_cache()
+        freed = before - cuda.memory_reserved()
+        if freed > 0:
+            lock.clearing(freed / FREED_CLEARING_BYTES_PER_S)
+
+
 def sharers(lock) -> int:
     """How many other tasks share the GPU with this process now, where `lock` is a DeviceLock it shares (see
     `DeviceLock.sharers`); 0 for any other lock."""
@@ -294,14 +364,14 @@ def unwatched(lock):
     return lock.unwatched_holds() if hasattr(lock, "unwatched_holds") else contextlib.nullcontext()
 
 
-def open_watch(path: str) -> memoryview:
-    """The watch at `path`: a file of WATCH_FIELDS doubles (zeros if new), mapped shared, so that the lock of a
-    worker process writes it and the pool reads it."""
+def open_watch(path: str, fields: int = WATCH_FIELDS) -> memoryview:
+    """The watch at `path`: a file of `fields` doubles (zeros if new), mapped shared, so that the lock of a
+    worker process writes it and the pool (or another worker's lock) reads it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        if os.fstat(fd).st_size != WATCH_FIELDS * 8:
-            os.ftruncate(fd, WATCH_FIELDS * 8)
-        mapping = mmap.mmap(fd, WATCH_FIELDS * 8)
+        if os.fstat(fd).st_size != fields * 8:
+            os.ftruncate(fd, fields * 8)
+        mapping = mmap.mmap(fd, fields * 8)
     finally:
         os.close(fd)
     return memoryview(mapping).cast("d")

@@ -21,7 +21,7 @@ import torch
 from opsynth.config import DISTINGUISHING_FRACTION, NUM_DRAWS, TIMING, VERIFY_ATOL, VERIFY_RTOL
 from opsynth.filters.comparison import flatten_outputs, to_device
 from opsynth.filters.compiled_model import compile_check_cpu, compiled_for_timing
-from opsynth.filters.device_lock import pausing_between_modules, shared_mode, yield_to_timings
+from opsynth.filters.device_lock import give_back_cached, pausing_between_modules, shared_mode, yield_to_timings
 from opsynth.filters.output_checks import DrawOutputs
 from opsynth.filters.task_loading import TaskLoadError, load_task
 from opsynth.filters.timing import (
@@ -154,7 +154,7 @@ def run_checks(
     finally:
         if cfg.device == "cuda" and torch.cuda.memory_reserved() > cache_keep_bytes(device_bytes(), cfg):
             with clock("release"):
-                torch.cuda.empty_cache()  # a large cache would hold memory the other workers of the GPU may need
+                give_back_cached(device_lock)  # a large cache would hold memory the other workers may need
     phase_s = {phase: round(s, 4) for phase, s in clock.seconds.items()}
     return Verdict(verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": phase_s})
 

@@ -382,3 +382,79 @@ def test_a_sharer_counts_the_other_tasks_sharing_the_gpu_and_a_first_trys_ceilin
     _, release, thread = others.pop()
     release.set()
     thread.join(5)
+
+
+class _Clock:
+    """A monotonic clock that moves only when slept on (the lock's `time`, in a test)."""
+
+    def __init__(self):
+        self.now, self.slept = 100.0, []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_a_timing_waits_until_the_memory_freed_before_it_is_cleared_and_no_longer_than_the_cap(tmp_path, monkeypatch):
+    import pytest
+
+    import opsynth.filters.device_lock as dl
+
+    clock = _Clock()
+    monkeypatch.setattr(dl, "time", clock)
+    path = str(tmp_path / "gpu0")
+    freeing, other, timing = dl.DeviceLock(path, slots=3), dl.DeviceLock(path, slots=3), dl.DeviceLock(path, 3, 0)
+    with freeing.freeing():
+        freeing.clearing(0.05)
+    with other.freeing():
+        other.clearing(0.01)  # an earlier end than one already said: the later stays
+    clock.now += 0.02
+    with timing:
+        pass
+    assert clock.slept == [pytest.approx(0.03)]
+    with timing:  # cleared by now: no wait
+        pass
+    with freeing, freeing.freeing():  # within a hold of its own, as it is
+        freeing.clearing(0.01)
+    with timing:
+        pass
+    assert clock.slept[1:] == [pytest.approx(0.01)]
+    with freeing.freeing():
+        freeing.clearing(1e9)  # as task code could write it
+    with timing:
+        pass
+    assert clock.slept[2:] == [dl.CLEARING_WAIT_MAX_S]
+
+
+def test_cached_memory_is_given_back_while_no_timing_runs_and_its_clearing_is_waited_for(tmp_path, monkeypatch):
+    import pytest
+
+    import opsynth.filters.device_lock as dl
+
+    clock = _Clock()
+    monkeypatch.setattr(dl, "time", clock)
+    path = str(tmp_path / "gpu0")
+
+    class Cuda:
+        reserved, timing_could_enter = 3e9, None
+
+        def memory_reserved(self):
+            return self.reserved
+
+        def empty_cache(self):
+            self.timing_could_enter = not dl.DeviceLock(path)._taken("rw")
+            self.reserved = 1e9
+
+    lock, cuda = dl.DeviceLock(path, slots=3), Cuda()
+    dl.give_back_cached(lock, cuda)
+    assert cuda.timing_could_enter is False and not lock.held
+    assert not dl.DeviceLock(path)._taken("rw")  # let go after the free
+    with dl.DeviceLock(path, slots=3, gather_s=0):
+        pass
+    assert clock.slept == [pytest.approx(2e9 / dl.FREED_CLEARING_BYTES_PER_S)]
+    none = Cuda()
+    dl.give_back_cached(None, none)  # no lock (a CPU run's): freed all the same
+    assert none.reserved == 1e9
