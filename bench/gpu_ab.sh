@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds of the package compared on one CUDA machine, from the repository root: the README's 600-row run by each in
+# turn, each from empty inductor, Triton and CUDA caches (and a home of its own), NVML sampled every second beside
+# it; with REMEASURE=1 each run's rows are then re-measured by one worker alone (150 of them, against the recorded
+# `eager_ms`). A machine's speed moves a run by more than most changes do: compare builds on one machine, and put
+# the build to be judged first (a machine's first run also pays its cold page cache).
+#
+# BUILDS (default .gpu-builds) holds one folder per build, each with that build's wheel (`pip wheel --no-deps -w
+# .gpu-builds/NAME .` on a checkout of it); ORDER names them in the order run (default: every folder). The
+# package's dependencies must import already (see docs/development.md). ROWS (default 600) and RUN_S (the limit of
+# one run, default 240) size the runs. Writes to $OUT (default gpu-out): NAME.stats.json, NAME.samples (time, GPU
+# use, memory), NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as data_NAME.tgz, and
+# summary.txt, one block per run; everything is packed into all.tgz after each run. DEVICE=cpu (default cuda) runs
+# the same on the CPU, to try the script itself.
+set -u
+OUT=${OUT:-gpu-out}
+BUILDS=$(realpath "${BUILDS:-.gpu-builds}")
+ORDER=${ORDER:-$(ls "$BUILDS")}
+mkdir -p "$OUT/w"
+W=$(realpath "$OUT/w")
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; } > "$W/machine.txt"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for name in $ORDER; do
+  python3 -m pip install -q --no-index --no-deps --target "$work/pkg_$name" "$BUILDS/$name"/*.whl || exit 1
+done
+pack() { tar czf "$OUT/all.tgz" -C "$OUT" w; }
+summary() {  # NAME RC: one block of summary.txt from the run's stats.json
+  python3 - "$W/$1.stats.json" "$1" "$2" >> "$W/summary.txt" <<'PY'
+import json, sys
+path, name, rc = sys.argv[1:]
+try:
+    stats = json.load(open(path))
+except (OSError, ValueError) as e:
+    sys.exit(print(name, "exit", rc, "no stats:", e))
+gpu, counts = stats["timings_s"]["sessions"][0].get("gpu", {}), stats["counts"]  # no "gpu" on the CPU
+idle = gpu.get("while_idle", {})
+print(name, "exit", rc, "sessions_total", stats["timings_s"]["sessions_total"], "busy", gpu.get("busy_fraction"),
+      "over", gpu.get("executing_s"), "before", gpu.get("first_execution_s"), "executions", counts["executions"],
+      "per row", counts["executions_per_row"], "ceiling stops", counts.get("ceiling_stops"))
+print("  rounds (round, wall_s, candidates, executions):",
+      [(r["round"], r["wall_s"], r["candidates"], r["executions"]) for r in stats["rounds"]])
+print("  idle", idle.get("seconds"), "s; workers meanwhile:",
+      {k: v for k, v in idle.get("workers", {}).items() if v >= 0.1})
+print("  worker-s by phase:", {k: round(v) for k, v in stats["timings_s"]["execution_worker_phases"].items()})
+PY
+}
+for name in $ORDER; do
+  caches="$work/caches_$name"
+  mkdir -p "$caches/home"
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 1000 > "$W/$name.samples" &
+  monitor=$!
+  PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" HOME="$caches/home" TORCHINDUCTOR_CACHE_DIR="$caches/inductor" \
+    TRITON_CACHE_DIR="$caches/triton" CUDA_CACHE_PATH="$caches/nv" timeout "${RUN_S:-240}" python3 -m opsynth generate \
+    --out "$work/run_$name" --num-samples "${ROWS:-600}" --device "${DEVICE:-cuda}" --seed 11 > "$W/$name.out" 2> "$W/$name.err"
+  rc=$?
+  kill "$monitor"
+  cp "$work/run_$name/stats.json" "$W/$name.stats.json" 2>/dev/null
+  summary "$name" "$rc"
+  if [ -n "${REMEASURE:-}" ]; then
+    PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 120 python3 -m opsynth validate "$work/run_$name" --sample 150 \
+      --device "${DEVICE:-cuda}" --workers 1 --no-compile-check --report "$W/remeasure_$name.jsonl" > "$W/remeasure_$name.log" 2>&1
+    echo "  re-measured: $(tail -n 1 "$W/remeasure_$name.log")" >> "$W/summary.txt"
+    tar czf "$W/data_$name.tgz" -C "$work" --exclude=.opsynth "run_$name"
+  fi
+  pack
+done
+cat "$W/summary.txt"
