@@ -6,11 +6,14 @@ interrupted, no traceback without --debug).
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import errno
 import logging
 import os
 import signal
 import sys
+import threading
 
 from opsynth.commands import bench, catalog, compare, generate, publish, reference, score, similarity, validate
 from opsynth.errors import OpsynthError, UsageError
@@ -133,6 +136,22 @@ def main(argv: list[str] | None = None) -> int:
         logging.disable(logging_disabled)
 
 
+def entry() -> None:
+    """The `opsynth` program: `main`, then the process's end. A command interrupted while a thread of its run is
+    inside torch (a round's CPU stages prepared beside the execution) would be aborted by torch's C++ teardown as
+    the process ends ("terminate called without an active exception", exit status 134, after the interrupt's
+    message): such a process runs its exit handlers and flushes its streams, then ends without that teardown,
+    with the interrupt's status."""
+    code = main()
+    if _Interrupt.seen and any(t.is_alive() for t in threading.enumerate() if t is not threading.main_thread()):
+        atexit._run_exitfuncs()  # what a normal exit runs first (the run's temporary folders, its worker pools)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # the reader went away, or the stream is closed
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def _main(argv: list[str], debug: bool) -> int:
     try:
         return run(argv)
@@ -172,4 +191,4 @@ def _last_word(line: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

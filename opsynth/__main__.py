@@ -1,8 +1,6 @@
 """`python -m opsynth` is `opsynth`."""
 
-import sys
-
-from opsynth.commands.cli import main
+from opsynth.commands.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

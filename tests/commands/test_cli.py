@@ -442,6 +442,45 @@ def test_sigterm_stops_a_command_as_ctrl_c_does_unless_the_caller_handles_it(mon
         signal.signal(signal.SIGTERM, previous)
 
 
+INTERRUPTED_BESIDE_TORCH = """
+import atexit, os, shutil, signal, sys, tempfile, threading, time
+import torch
+from opsynth.commands import cli
+
+folder = tempfile.mkdtemp()
+
+def interrupted_beside_torch(argv):
+    atexit.register(shutil.rmtree, folder)  # as a run leaves its pipelines' folders to the exit handlers
+    def compute():  # as a round's CPU stages on the thread beside the execution
+        x = torch.randn(256, 256)
+        while True:
+            x @ x
+    threading.Thread(target=compute, daemon=True).start()
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(60)
+
+cli.run = interrupted_beside_torch
+sys.argv = ["opsynth", "generate", "--out", "o"]
+print(folder, flush=True)
+cli.entry()
+"""
+
+
+def test_a_program_interrupted_with_a_thread_inside_torch_ends_with_the_interrupts_status_not_an_abort():
+    """torch's C++ teardown aborts a process that ends with a thread inside it (exit status 134, "terminate called
+    without an active exception" after the interrupt's message): the program runs its exit handlers and ends
+    without that teardown."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_BESIDE_TORCH], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 130, done.stderr[-500:]
+    assert done.stderr.endswith("opsynth: interrupted; run the same command again to resume\n")
+    assert not os.path.exists(done.stdout.split()[0]), "the exit handlers ran"
+
+
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
 def test_an_error_is_the_last_line_and_the_logging_level_is_left_as_it_was(monkeypatch, capsys, sigint):
     """Also after an interrupted call in the same process, and where SIGINT is ignored (a suite run in the
