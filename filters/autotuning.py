@@ -34,7 +34,7 @@ def bound_autotuning(max_ms: float, max_runs: int, cache_flushes: int, estimatio
     `cache_flushes` writes that flush the L2 cache, its time estimated from `estimation_runs` runs first, in
     this process, unless a caller asks otherwise; False where this torch's benchmarker does not take these
     settings (it is then left as it is). Each benchmark, where `around_each` is given, runs within the context
-    `around_each()` makes: the GPU's hold it needs (see device_lock.holding_for_device_work), since inductor
+    `around_each()` makes: the GPU's hold it needs (see device_holds.holding_for_device_work), since inductor
     also benchmarks while it compiles (a matmul with and without padding), when the task holds nothing."""
     try:
         from torch._inductor.runtime.benchmarking import InductorBenchmarker

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from opsynth.filters.comparison import discrete, flatten_outputs, outputs_close
-from opsynth.filters.device_lock import give_back_cached, shared_mode, unwatched
+from opsynth.filters.device_holds import give_back_cached, shared_mode, unwatched
 from opsynth.filters.timing import PhaseClock, host_time_ms
 from opsynth.filters.verdicts import CheckFailed, classify_error
 from opsynth.reasons import COMPILE_ERROR, COMPILE_MISMATCH, OUT_OF_MEMORY, one_line

@@ -21,7 +21,7 @@ import torch
 from opsynth.config import DISTINGUISHING_FRACTION, NUM_DRAWS, TIMING, VERIFY_ATOL, VERIFY_RTOL
 from opsynth.filters.comparison import flatten_outputs, to_device
 from opsynth.filters.compiled_model import compile_check_cpu, compiled_for_timing
-from opsynth.filters.device_lock import give_back_cached, pausing_between_modules, shared_mode, yield_to_timings
+from opsynth.filters.device_holds import give_back_cached, pausing_between_modules, shared_mode, yield_to_timings
 from opsynth.filters.output_checks import DrawOutputs
 from opsynth.filters.task_loading import TaskLoadError, load_task
 from opsynth.filters.timing import (

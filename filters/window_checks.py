@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opsynth.filters.device_lock import sharers
+from opsynth.filters.device_holds import sharers
 from opsynth.filters.verdicts import CheckFailed
 from opsynth.reasons import RUNTIME_ABOVE_WINDOW, RUNTIME_BELOW_WINDOW
 from opsynth.workload import kept_window

@@ -17,7 +17,7 @@ from opsynth.filters.autotuning import bound_autotuning, clone_on_device
 
 def set_up_device(torch, cfg, gpu_index: int | None, device_lock=None) -> None:
     """Threads, GPU, memory share and inductor's settings of a process that runs tasks for `cfg`."""
-    from opsynth.filters.device_lock import holding_for_device_work
+    from opsynth.filters.device_holds import holding_for_device_work
     from opsynth.filters.worker_budgets import memory_share, spare_device_bytes, task_threads, workers_per_gpu
 
     # The workers split the cores: oversubscribed intra-op threads wait out scheduler ticks, which showed up as

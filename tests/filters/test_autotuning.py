@@ -45,7 +45,7 @@ def test_a_benchmarker_without_those_settings_is_left_alone(monkeypatch):
 
 def test_each_configurations_benchmark_runs_within_the_hold_it_is_given(monkeypatch):
     """Between two configurations the autotuning may let another task's timing go first; a benchmark of the
-    compiling, which holds nothing, takes the GPU's shared hold (device_lock.holding_for_device_work)."""
+    compiling, which holds nothing, takes the GPU's shared hold (device_holds.holding_for_device_work)."""
     import contextlib
 
     calls = []

@@ -262,7 +262,8 @@ def test_a_sharer_steps_aside_for_a_waiting_timing_and_shares_again_after_it(tmp
     waits for that step, not for the whole of the sharer's checks."""
     import threading
 
-    from opsynth.filters.device_lock import DeviceLock, yield_to_timings
+    from opsynth.filters.device_holds import yield_to_timings
+    from opsynth.filters.device_lock import DeviceLock
 
     path = str(tmp_path / "gpu0")
     sharer = DeviceLock(path, slots=3)
@@ -294,7 +295,8 @@ def test_a_sharer_steps_aside_for_a_waiting_timing_and_shares_again_after_it(tmp
 def test_only_a_shared_device_lock_steps_aside(tmp_path):
     import contextlib
 
-    from opsynth.filters.device_lock import DeviceLock, yield_to_timings
+    from opsynth.filters.device_holds import yield_to_timings
+    from opsynth.filters.device_lock import DeviceLock
 
     path = str(tmp_path / "gpu0")
     never = []
@@ -309,7 +311,7 @@ def test_only_a_shared_device_lock_steps_aside(tmp_path):
 def test_a_models_building_and_forward_pause_between_its_modules_and_only_inside_the_block():
     import torch
 
-    from opsynth.filters.device_lock import pausing_between_modules
+    from opsynth.filters.device_holds import pausing_between_modules
 
     pauses = []
 
@@ -335,7 +337,8 @@ def test_device_work_that_comes_holding_nothing_takes_the_shared_hold_and_finish
     left alone."""
     import contextlib
 
-    from opsynth.filters.device_lock import DeviceLock, holding_for_device_work
+    from opsynth.filters.device_holds import holding_for_device_work
+    from opsynth.filters.device_lock import DeviceLock
 
     lock = DeviceLock(str(tmp_path / "gpu0"), slots=3, gather_s=0)
     events = []
@@ -433,6 +436,7 @@ def test_cached_memory_is_given_back_while_no_timing_runs_and_its_clearing_is_wa
     import pytest
 
     import opsynth.filters.device_lock as dl
+    from opsynth.filters.device_holds import give_back_cached
 
     clock = _Clock()
     monkeypatch.setattr(dl, "time", clock)
@@ -449,12 +453,12 @@ def test_cached_memory_is_given_back_while_no_timing_runs_and_its_clearing_is_wa
             self.reserved = 1e9
 
     lock, cuda = dl.DeviceLock(path, slots=3), Cuda()
-    dl.give_back_cached(lock, cuda)
+    give_back_cached(lock, cuda)
     assert cuda.timing_could_enter is False and not lock.held
     assert not dl.DeviceLock(path)._taken("rw")  # let go after the free
     with dl.DeviceLock(path, slots=3, gather_s=0):
         pass
     assert clock.slept == [pytest.approx(2e9 / dl.FREED_CLEARING_BYTES_PER_S)]
     none = Cuda()
-    dl.give_back_cached(None, none)  # no lock (a CPU run's): freed all the same
+    give_back_cached(None, none)  # no lock (a CPU run's): freed all the same
     assert none.reserved == 1e9
