@@ -13,6 +13,7 @@
 # summary.txt, one block per run; everything is packed into all.tgz after each run. DEVICE=cpu (default cuda) runs
 # the same on the CPU, to try the script itself.
 set -u
+export PYTHONSAFEPATH=1  # python -m from the repository root imports the installed package, not ./opsynth
 OUT=${OUT:-gpu-out}
 BUILDS=$(realpath "${BUILDS:-.gpu-builds}")
 ORDER=${ORDER:-$(ls "$BUILDS")}
