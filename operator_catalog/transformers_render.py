@@ -47,7 +47,7 @@ def inline_source(cls: type) -> tuple[list[str], list[str]]:
         if obj.__name__ in done:
             return
         done.add(obj.__name__)
-        tree = syntax.parse(textwrap.dedent(inspect.getsource(obj)))
+        tree = syntax.parse(textwrap.dedent(syntax.source_of(obj)))
         for node in tree.body:
             if isinstance(node, ast.ClassDef | ast.FunctionDef):
                 node.decorator_list = []

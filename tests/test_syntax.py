@@ -1,4 +1,5 @@
 import ast
+import inspect
 import threading
 import time
 import types
@@ -8,26 +9,43 @@ import pytest
 from opsynth import syntax
 
 
-def test_trees_are_built_by_one_thread_at_a_time(monkeypatch):
-    inside, most = [0], [0]
-    guard = threading.Lock()
+def _counting(fn, inside, most, guard):
+    """`fn`, counting how many threads are inside it (or another so counted) at once."""
 
-    def slow_parse(source):
+    def counted(*args):
         with guard:
             inside[0] += 1
             most[0] = max(most[0], inside[0])
         time.sleep(0.01)  # long enough for the other threads to try meanwhile
         with guard:
             inside[0] -= 1
-        return ast.parse(source)
+        return fn(*args)
 
-    monkeypatch.setattr(syntax, "ast", types.SimpleNamespace(parse=slow_parse))
-    threads = [threading.Thread(target=syntax.parse, args=("x = 1",)) for _ in range(6)]
+    return counted
+
+
+def test_trees_are_built_by_one_thread_at_a_time(monkeypatch):
+    inside, most, guard = [0], [0], threading.Lock()
+    monkeypatch.setattr(syntax, "ast", types.SimpleNamespace(parse=_counting(ast.parse, inside, most, guard)))
+    # inspect.getsource parses the module of a class to find it: reading source takes the same turn
+    counted_source = _counting(inspect.getsource, inside, most, guard)
+    monkeypatch.setattr(syntax, "inspect", types.SimpleNamespace(getsource=counted_source))
+    calls = [(syntax.parse, "x = 1"), (syntax.source_of, _Shape)] * 3
+    threads = [threading.Thread(target=fn, args=(arg,)) for fn, arg in calls]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert most[0] == 1
+
+
+class _Shape:
+    side = 2
+
+
+def test_source_of_is_inspect_getsource():
+    assert syntax.source_of(_Shape) == inspect.getsource(_Shape)
+    assert "side = 2" in syntax.source_of(_Shape)
 
 
 def test_a_parse_is_ast_parse():
