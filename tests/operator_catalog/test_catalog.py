@@ -186,3 +186,24 @@ def test_transformers_task_inlines_its_class_and_helpers():
     loaded = load_task(task.source)
     model = loaded.model_class(*loaded.get_init_inputs())
     assert "transformers" not in type(model).__module__  # the computation is the inlined code, not a library call
+
+
+def test_a_transformers_module_is_read_once_per_process_and_renders_alike(monkeypatch):
+    import random
+
+    from opsynth import syntax
+    from opsynth.operator_catalog import transformers_render
+
+    reads = []
+    source_of = syntax.source_of
+    monkeypatch.setattr(syntax, "source_of", lambda obj: reads.append(obj) or source_of(obj))
+    transformers_render.inline_source.cache_clear()
+    entry = get("ResNetBasicLayer")
+    tasks = [
+        transformers_render.render_transformers(
+            entry, entry.sampler(SampleContext(None, random.Random(s), WORKLOADS["tiny"]))
+        )
+        for s in (0, 0, 1)
+    ]
+    assert reads and len(reads) == len(set(reads))  # the class and each helper read once, for all three tasks
+    assert tasks[0] == tasks[1] and "class Model(nn.Module):" in tasks[2].source
