@@ -137,13 +137,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `opsynth` program: `main`, then the process's end. A command interrupted while a thread of its run is
-    inside torch (a round's CPU stages prepared beside the execution) would be aborted by torch's C++ teardown as
-    the process ends ("terminate called without an active exception", exit status 134, after the interrupt's
-    message): such a process runs its exit handlers and flushes its streams, then ends without that teardown,
-    with the interrupt's status."""
+    """The `opsynth` program: `main`, then the process's end. A command interrupted, or failed, while a thread of
+    its run is inside torch (a round's CPU stages prepared beside the execution) would be aborted by torch's C++
+    teardown as the process ends ("terminate called without an active exception", exit status 134, after the
+    command's last line): such a process runs its exit handlers and flushes its streams, then ends without that
+    teardown, with the command's status. A command that succeeded ends as any program does, its threads done."""
     code = main()
-    if _Interrupt.seen and any(t.is_alive() for t in threading.enumerate() if t is not threading.main_thread()):
+    if code != 0 and any(t.is_alive() for t in threading.enumerate() if t is not threading.main_thread()):
         atexit._run_exitfuncs()  # what a normal exit runs first (the run's temporary folders, its worker pools)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):  # the reader went away, or the stream is closed

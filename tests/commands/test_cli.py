@@ -442,14 +442,17 @@ def test_sigterm_stops_a_command_as_ctrl_c_does_unless_the_caller_handles_it(mon
         signal.signal(signal.SIGTERM, previous)
 
 
-INTERRUPTED_BESIDE_TORCH = """
+ENDED_BESIDE_TORCH = """
 import atexit, os, shutil, signal, sys, tempfile, threading, time
 import torch
 from opsynth.commands import cli
+from opsynth.errors import OpsynthError
 
+# Ctrl-C's handler, as a terminal's process has it: one started in the background of a shell ignores SIGINT
+signal.signal(signal.SIGINT, signal.default_int_handler)
 folder = tempfile.mkdtemp()
 
-def interrupted_beside_torch(argv):
+def ended_beside_torch(argv):
     atexit.register(shutil.rmtree, folder)  # as a run leaves its pipelines' folders to the exit handlers
     def compute():  # as a round's CPU stages on the thread beside the execution
         x = torch.randn(256, 256)
@@ -457,27 +460,36 @@ def interrupted_beside_torch(argv):
             x @ x
     threading.Thread(target=compute, daemon=True).start()
     time.sleep(0.5)
-    os.kill(os.getpid(), signal.SIGINT)
-    time.sleep(60)
+    if how == "interrupted":
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(60)
+    raise OpsynthError("it broke")
 
-cli.run = interrupted_beside_torch
+cli.run = ended_beside_torch
+how = sys.argv[-1]
 sys.argv = ["opsynth", "generate", "--out", "o"]
 print(folder, flush=True)
 cli.entry()
 """
 
 
-def test_a_program_interrupted_with_a_thread_inside_torch_ends_with_the_interrupts_status_not_an_abort():
+@pytest.mark.parametrize(
+    "how, code, last_line",
+    [("interrupted", 130, "opsynth: interrupted; run the same command again to resume"),
+     ("failed", 1, "opsynth: error: it broke")],
+)  # fmt: skip
+def test_a_program_ending_with_a_thread_inside_torch_ends_with_its_status_not_an_abort(how, code, last_line):
     """torch's C++ teardown aborts a process that ends with a thread inside it (exit status 134, "terminate called
-    without an active exception" after the interrupt's message): the program runs its exit handlers and ends
-    without that teardown."""
+    without an active exception" after the command's last line): the program runs its exit handlers and ends
+    without that teardown, interrupted or failed."""
     import os
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", INTERRUPTED_BESIDE_TORCH], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 130, done.stderr[-500:]
-    assert done.stderr.endswith("opsynth: interrupted; run the same command again to resume\n")
+    script = [sys.executable, "-c", ENDED_BESIDE_TORCH, how]
+    done = subprocess.run(script, capture_output=True, text=True, timeout=300)
+    assert done.returncode == code, done.stderr[-500:]
+    assert done.stderr.endswith(last_line + "\n")
     assert not os.path.exists(done.stdout.split()[0]), "the exit handlers ran"
 
 
