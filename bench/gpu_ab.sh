@@ -8,10 +8,12 @@
 # BUILDS (default .gpu-builds) holds one folder per build, each with that build's wheel (`pip wheel --no-deps -w
 # .gpu-builds/NAME .` on a checkout of it); ORDER names them in the order run (default: every folder). The
 # package's dependencies must import already (see docs/development.md). ROWS (default 600) and RUN_S (the limit of
-# one run, default 240) size the runs. Writes to $OUT (default gpu-out): NAME.stats.json, NAME.samples (time, GPU
-# use, memory), NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as data_NAME.tgz, and
-# summary.txt, one block per run; everything is packed into all.tgz after each run. DEVICE=cpu (default cuda) runs
-# the same on the CPU, to try the script itself.
+# one run, default 240) size the runs; ARGS_NAME adds options to build NAME's command (ARGS_w20="--workers 20", with
+# .gpu-builds/w20 a copy of another build's folder, compares options of one build). Writes to $OUT (default
+# gpu-out): NAME.stats.json, NAME.samples (time, GPU use, memory), NAME.gpu.jsonl (the run's own samples, with
+# where its workers were), NAME.out/.err, with REMEASURE
+# remeasure_NAME.jsonl/.log and the run's dataset as data_NAME.tgz, and summary.txt, one block per run; everything
+# is packed into all.tgz after each run. DEVICE=cpu (default cuda) runs the same on the CPU, to try the script.
 set -u
 export PYTHONSAFEPATH=1  # python -m from the repository root imports the installed package, not ./opsynth
 OUT=${OUT:-gpu-out}
@@ -48,15 +50,18 @@ PY
 }
 for name in $ORDER; do
   caches="$work/caches_$name"
+  args="ARGS_$name"
   mkdir -p "$caches/home"
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 1000 > "$W/$name.samples" &
   monitor=$!
   PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" HOME="$caches/home" TORCHINDUCTOR_CACHE_DIR="$caches/inductor" \
     TRITON_CACHE_DIR="$caches/triton" CUDA_CACHE_PATH="$caches/nv" timeout "${RUN_S:-240}" python3 -m opsynth generate \
-    --out "$work/run_$name" --num-samples "${ROWS:-600}" --device "${DEVICE:-cuda}" --seed 11 > "$W/$name.out" 2> "$W/$name.err"
+    --out "$work/run_$name" --num-samples "${ROWS:-600}" --device "${DEVICE:-cuda}" --seed 11 ${!args:-} \
+    > "$W/$name.out" 2> "$W/$name.err"
   rc=$?
   kill "$monitor"
   cp "$work/run_$name/stats.json" "$W/$name.stats.json" 2>/dev/null
+  find "$work/run_$name/.opsynth" -name '*.gpu.jsonl' -exec cat {} + > "$W/$name.gpu.jsonl" 2>/dev/null
   summary "$name" "$rc"
   if [ -n "${REMEASURE:-}" ]; then
     PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 120 python3 -m opsynth validate "$work/run_$name" --sample 150 \
