@@ -75,6 +75,21 @@ class GpuBusyMonitor:
             return None
         return [round(sum(s[d] for s in taken) / len(taken), 3) for d in range(len(self.devices))]
 
+    def series(self, t0: float) -> list[dict]:
+        """Every sample as a record: `t`, its seconds after `t0` (monotonic); `busy`, each GPU's busy fraction;
+        and where the workers' states were sampled, `workers`, per GPU the number of its workers in each state:
+        when the GPU idled, not only how much."""
+        states = dict(self.state_samples)
+        records = []
+        for t, used in list(self.samples):
+            record = {"t": round(t - t0, 2), "busy": list(used)}
+            if t in states:
+                record["workers"] = [
+                    {state: n for (gpu, state), n in sorted(states[t].items()) if gpu == d} for d in self.devices
+                ]
+            records.append(record)
+        return records
+
     def workers_while(self, start: float, end: float, busy: bool = False) -> dict | None:
         """Where the workers of a GPU were while it idled (`busy`: while it was busy), between `start` and `end`:
         the mean number of them in each state (filters.workers.worker_state), each sample weighted by its GPU's

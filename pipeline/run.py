@@ -17,6 +17,7 @@ gathered as the shards are written.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -55,7 +56,7 @@ from opsynth.pipeline.rounds import progress_dir
 from opsynth.pipeline.run_folder import FolderLock, check_config, state_dir
 from opsynth.pipeline.run_state import RunState
 from opsynth.pipeline.selection import Selector, wanted
-from opsynth.pipeline.sessions import SessionClock
+from opsynth.pipeline.sessions import GPU_SERIES_SUFFIX, SessionClock
 from opsynth.pipeline.sizing import round_sizing, with_gpu_budget
 from opsynth.pipeline.stages import reference_state, warm_composition
 
@@ -161,6 +162,15 @@ def gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: floa
     if shapes is not None and shapes.ready_at is not None:
         record["shape_workers_ready_s"] = round(shapes.ready_at - t0, 1)
     return {"gpu": record}
+
+
+def write_gpu_series(monitor: GpuBusyMonitor, session: SessionClock) -> None:
+    """The monitor's samples (`GpuBusyMonitor.series`), one JSON object a line, beside the session's record: when
+    the GPUs idled and where their workers were then. A diagnostic: a folder it cannot be written to costs the
+    run nothing."""
+    lines = "".join(json.dumps(record, sort_keys=True) + "\n" for record in monitor.series(session.t0))
+    with contextlib.suppress(OSError):
+        workfiles.write_text(session.companion(GPU_SERIES_SUFFIX), lines)
 
 
 @dataclass
@@ -288,6 +298,7 @@ def _generate(
     finally:
         if monitor is not None:
             monitor.__exit__(None, None, None)
+            write_gpu_series(monitor, session)
     short = selector.missing()
     if short:
         reasons = ", ".join(f"{reason} {n}" for (_, reason), n in state.dropped.most_common(3))

@@ -22,6 +22,7 @@ from opsynth.pipeline import workfiles
 
 SESSIONS_DIR = "sessions"
 SESSION_TICK_S = 10.0
+GPU_SERIES_SUFFIX = ".gpu.jsonl"  # beside a CUDA session's record: its GPUs' busy share and workers, sampled
 
 
 def process_started() -> float:
@@ -59,6 +60,10 @@ class SessionClock:
         self._tick_s = tick_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="opsynth-session-clock", daemon=True)
+
+    def companion(self, suffix: str) -> str:
+        """The path of another file of this session's, beside its record: its name with `suffix` for `.json`."""
+        return self.path.removesuffix(".json") + suffix
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0

@@ -1,4 +1,6 @@
+import json
 from collections import Counter
+from pathlib import Path
 
 from opsynth.filters.gpu_busy import GpuBusyMonitor
 from opsynth.outputs.stats import gpu_busy, spread
@@ -43,6 +45,27 @@ def test_where_the_workers_were_is_weighted_by_their_gpus_idle_or_busy_share():
     assert busy["seconds"] == 2.5
     assert busy["workers"] == {"compile": 3.4, "no_task": 0.4}
     assert monitor.workers_while(3.0, 4.0) is None
+
+
+def test_the_monitors_series_says_when_each_gpu_idled_and_where_its_workers_were_then(tmp_path):
+    from opsynth.pipeline.run import write_gpu_series
+    from opsynth.pipeline.sessions import GPU_SERIES_SUFFIX, SessionClock, read_sessions
+
+    monitor = GpuBusyMonitor()
+    monitor.devices = [0, 1]
+    monitor.samples = [(11.0, (1.0, 0.0)), (11.5, (0.25, 0.5))]
+    monitor.state_samples = [(11.0, Counter({(0, "compile"): 3, (1, "waiting_to_time"): 2, (1, "no_task"): 1}))]
+    session = SessionClock(str(tmp_path), t0=10.0)
+    with session:
+        write_gpu_series(monitor, session)
+    path = session.companion(GPU_SERIES_SUFFIX)
+    assert path.endswith(GPU_SERIES_SUFFIX) and path.startswith(session.path.removesuffix(".json"))
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    assert lines == [
+        {"t": 1.0, "busy": [1.0, 0.0], "workers": [{"compile": 3}, {"no_task": 1, "waiting_to_time": 2}]},
+        {"t": 1.5, "busy": [0.25, 0.5]},  # no states sampled with it
+    ]
+    assert len(read_sessions(str(tmp_path))) == 1  # the series is not read as a session's record
 
 
 def test_sessions_where_the_workers_were_add_up_by_their_seconds_of_it():
