@@ -2,7 +2,8 @@
 
 A task already among the rows of its data source (`opsynth.filters.dedup.task_key`: the same program but for
 its batch extent) and rows past the cap of their operator graph are skipped (reason `duplicate`, stage
-`select`); transformers rows, variants of one class by design, are exempt.
+`select`); transformers rows, variants of one class by design, are exempt, but for the very same program (a
+candidate rescaled in execution can become one: the dedup before execution saw it as drawn).
 The walk is in index order and later rounds only add higher indices. The dedup stage sends a round only as
 many candidates per operator graph as the cap leaves, so which candidates reach the selection depends on the
 round plan too; that plan depends only on the seed and earlier rounds' verdicts, so a resumed or repeated run
@@ -22,7 +23,7 @@ from opsynth.config import (
     NEEDED_SPARE,
 )
 from opsynth.data_sources import kind, operator_count
-from opsynth.filters.dedup import WithinSetFilter
+from opsynth.filters.dedup import WithinSetFilter, dedup_key
 from opsynth.operator_catalog.registry import sampleable
 from opsynth.pipeline.candidates import selection_key
 from opsynth.reasons import DUPLICATE, NOT_NEEDED, Verdict
@@ -51,6 +52,7 @@ class Selector:
     def __init__(self, quota: dict[str, int]):
         self.quota = dict(quota)
         self.filters = {s: WithinSetFilter() for s in quota}
+        self.programs: dict[str, str] = {}  # a transformers row's exact program (its dedup key) -> its id
         self.rows: Counter = Counter()
         self.last_index: dict[str, int] = {}
 
@@ -92,9 +94,9 @@ class Selector:
                 if self.rows[source] >= self.quota.get(source, 0):
                     break
                 # A transformers task's variants share the inlined class by construction (the released set's
-                # `Class_N` rows); only exact duplicates, dropped before execution, apply to them.
+                # `Class_N` rows); only the very same program is one task.
                 why = (
-                    None
+                    self._repeated_program(candidate)
                     if kind(source) == "transformers"
                     else self.filters[source].admit(
                         candidate.id,
@@ -109,6 +111,16 @@ class Selector:
                 else:
                     skipped.append(Rejection(candidate, DUPLICATE, "select", why))
         return chosen, skipped
+
+    def _repeated_program(self, candidate: Candidate) -> str | None:
+        """Why a transformers candidate is refused (its program already a row's), or None, remembering it. A
+        candidate of one round, rescaled in execution, can become a row of an earlier round: both drawn at a batch
+        of 64, say, and shrunk to 1 (a tiny 600K run held two such rows)."""
+        key = candidate.dedup_key or dedup_key(candidate.code)
+        if (row := self.programs.get(key)) is not None:
+            return f"the same program as {row}"
+        self.programs[key] = candidate.id
+        return None
 
 
 def select(

@@ -50,3 +50,23 @@ def test_the_records_set_aside_every_candidate_past_the_fill_point_whether_it_ra
     assert [c.index for c in accepted] == [0, 2]
     assert [(x.candidate.index, x.reason) for x in rejected] == [(1, RUNTIME_BELOW_WINDOW), (7, "shape_error")]
     assert aside == [prepared[("torch#1", i)] for i in (3, 4, 5)], "as prepared, not as measured"
+
+
+def test_a_transformers_row_is_refused_only_where_its_very_program_is_a_rows_already():
+    from opsynth.filters.dedup import dedup_key
+    from opsynth.pipeline.selection import Selector
+    from opsynth.reasons import DUPLICATE
+
+    def variant(index: int, batch: int, scale: float = 1.0) -> Candidate:
+        code = f"class Model:\n    pass\n\n\ndef get_inputs():\n    return [torch.randn({batch}, 8)]\n"
+        return Candidate("transformers", index, index, ("GPT2MLP",), code, (), dedup_key(code), batch_scale=scale)
+
+    selector = Selector({"transformers": 4, "torch#1": 2})
+    chosen, skipped = selector.admit([variant(0, 1), variant(1, 4)])
+    assert [c.index for c in chosen] == [0, 1] and not skipped, "variants of one class are rows of their own"
+    # A later round's candidate, drawn at a batch of 64 and shrunk to 1 in execution: row 0's very program.
+    chosen, skipped = selector.admit([variant(5, 1, 1 / 64), variant(6, 2)])
+    assert [c.index for c in chosen] == [6]
+    assert [(r.candidate.index, r.reason) for r in skipped] == [(5, DUPLICATE)]
+    assert variant(0, 1).id in skipped[0].detail
+    assert selector.rows["transformers"] == 3
