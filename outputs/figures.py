@@ -3,7 +3,9 @@ the threshold (the paper's Fig. 7 shows the same distribution). PNGs written ato
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,11 @@ def counts_on(axis) -> None:
 
 def log_bins(values: list[float], count: int) -> list[float] | int:
     """`count` histogram bins evenly spaced in log scale over the (positive) values' range."""
-    lo, hi = max(min(values), 1e-4), max(values)
+    return log_spaced(max(min(values), 1e-4), max(values), count)
+
+
+def log_spaced(lo: float, hi: float, count: int) -> list[float] | int:
+    """The edges of `count` bins evenly spaced in log scale from `lo` to `hi` (10 bins where they are equal)."""
     return [lo * (hi / lo) ** (i / count) for i in range(count + 1)] if hi > lo else 10
 
 
@@ -45,22 +51,63 @@ def save(fig, path: Path) -> None:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
 
 
+# The figures' histograms are gathered as the rows stream past, in bins fixed beforehand, so that what a run holds
+# for them does not grow with its rows (a list of every row's value, handed to matplotlib, took 190 MiB more at its
+# end in a 600,000-row run). Eager times go into fine bins, evenly spaced in log scale, that the figure sums into
+# its own 40 over the range the rows span; similarity scores go into the figure's own bins.
+EAGER_MS_RANGE = (1e-4, 1e6)  # eager ms outside it count in its end bins
+EAGER_FINE_BINS_PER_DECADE = 100  # bins 2.3 % wide: the figure's 40 bins are drawn to within one of them
+EAGER_BINS = 40
+SIMILARITY_BINS = 50  # over [0, 1]
+SIMILARITY_EDGES = [i / SIMILARITY_BINS for i in range(SIMILARITY_BINS + 1)]
+
+
+def _fine_bin(ms: float) -> int:
+    lo, hi = EAGER_MS_RANGE
+    decades = math.log10(min(max(ms, lo), hi) / lo)
+    return min(int(decades * EAGER_FINE_BINS_PER_DECADE), _fine_bins() - 1)
+
+
+def _fine_bins() -> int:
+    lo, hi = EAGER_MS_RANGE
+    return round(math.log10(hi / lo) * EAGER_FINE_BINS_PER_DECADE)
+
+
+def _fine_edge(i: int) -> float:
+    return EAGER_MS_RANGE[0] * 10 ** (i / EAGER_FINE_BINS_PER_DECADE)
+
+
 @dataclass
 class FigureData:
-    """What the figures need of the rows, gathered as the rows stream past: a few numbers per row, no code."""
+    """What the figures need of the rows, gathered as the rows stream past: counts of operators and of rows per
+    histogram bin, no code and nothing per row."""
 
     operators: Counter = field(default_factory=Counter)
-    eager_ms: list[float] = field(default_factory=list)
-    kb_ast_similarity: list[float] = field(default_factory=list)
+    eager_fine: Counter = field(default_factory=Counter)  # fine bin (see _fine_bin) -> rows
+    similarity: list[int] = field(default_factory=lambda: [0] * SIMILARITY_BINS)
 
     def add(self, row: dict) -> dict:
         if row["data_source"] != "transformers":
             self.operators.update(json.loads(row["ops"]))
         if row["eager_ms"]:
-            self.eager_ms.append(row["eager_ms"])
-        if row["kb_ast_similarity"] is not None:
-            self.kb_ast_similarity.append(row["kb_ast_similarity"])
+            self.eager_fine[_fine_bin(row["eager_ms"])] += 1
+        if (score := row["kb_ast_similarity"]) is not None:
+            i = bisect.bisect_right(SIMILARITY_EDGES, score) - 1  # as numpy bins: the last one closed
+            self.similarity[min(max(i, 0), SIMILARITY_BINS - 1)] += 1
         return row
+
+    def eager_histogram(self) -> tuple[list[float], list[int]] | None:
+        """(edges, counts) of EAGER_BINS bins evenly spaced in log scale over the fine bins the rows fill, each
+        fine bin counted in the bin its middle falls in; None without rows."""
+        if not self.eager_fine:
+            return None
+        first, last = min(self.eager_fine), max(self.eager_fine)
+        edges = log_spaced(_fine_edge(first), _fine_edge(last + 1), EAGER_BINS)
+        counts = [0] * (len(edges) - 1)
+        for i, n in self.eager_fine.items():
+            middle = math.sqrt(_fine_edge(i) * _fine_edge(i + 1))
+            counts[min(bisect.bisect_right(edges, middle) - 1, len(counts) - 1)] += n
+        return edges, counts
 
 
 def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
@@ -87,11 +134,12 @@ def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
     ax.set_title(FIGURES["top_operators"])
     save(fig, figures / "top_operators.png")
 
-    eager = data.eager_ms
+    eager = data.eager_histogram()
     low, high = cfg["runtime_window_ms"]
     fig, ax = axes(6, 3.2)
-    if eager:
-        ax.hist(eager, bins=log_bins(eager, 40), color="#8172B2")
+    if eager is not None:
+        edges, counts = eager
+        ax.hist(edges[:-1], bins=edges, weights=counts, color="#8172B2")
         ax.set_xscale("log")
     for edge in (low, high):
         if edge > 0:
@@ -102,10 +150,10 @@ def write_figures(folder: Path, data: FigureData, stats: dict) -> list[str]:
     ax.set_title(FIGURES["eager_time"])
     save(fig, figures / "eager_time.png")
 
-    scores = data.kb_ast_similarity
     fig, ax = axes(6, 3.2)
     ax.axvspan(0.25, 0.35, color="#DDDDDD", label="most of the paper's kept tasks")
-    ax.hist(scores, bins=[i / 50 for i in range(51)], color="#C44E52", label="this set")
+    edges = SIMILARITY_EDGES
+    ax.hist(edges[:-1], bins=edges, weights=data.similarity, color="#C44E52", label="this set")
     ax.axvline(cfg["similarity_threshold"], color="k", linestyle="--", linewidth=1, label="threshold")
     ax.set_xlim(0, 1)
     ax.set_xlabel("kb_ast_similarity (max over KernelBench levels 1-3)")
