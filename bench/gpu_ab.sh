@@ -11,9 +11,9 @@
 # one run, default 240) size the runs; ARGS_NAME adds options to build NAME's command (ARGS_w20="--workers 20", with
 # .gpu-builds/w20 a copy of another build's folder, compares options of one build). Writes to $OUT (default
 # gpu-out): NAME.stats.json, NAME.samples (time, GPU use, memory), NAME.gpu.jsonl (the run's own samples, with
-# where its workers were), NAME.out/.err, with REMEASURE
-# remeasure_NAME.jsonl/.log and the run's dataset as data_NAME.tgz, and summary.txt, one block per run; everything
-# is packed into all.tgz after each run. DEVICE=cpu (default cuda) runs the same on the CPU, to try the script.
+# where its workers were), NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as
+# data_NAME.tgz, and summary.txt, one block per run; everything is packed into all.tgz after each run. DEVICE=cpu
+# (default cuda) runs the same on the CPU, to try the script.
 set -u
 export PYTHONSAFEPATH=1  # python -m from the repository root imports the installed package, not ./opsynth
 OUT=${OUT:-gpu-out}
