@@ -63,6 +63,8 @@ for name in $ORDER; do
   cp "$work/run_$name/stats.json" "$W/$name.stats.json" 2>/dev/null
   find "$work/run_$name/.opsynth" -name '*.gpu.jsonl' -exec cat {} + > "$W/$name.gpu.jsonl" 2>/dev/null
   summary "$name" "$rc"
+  PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" python3 -m opsynth.bench.gpu_series "$W/$name.gpu.jsonl" --stalls 6 \
+    >> "$W/summary.txt" 2>/dev/null  # a build before its GPU series has none
   if [ -n "${REMEASURE:-}" ]; then
     PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 120 python3 -m opsynth validate "$work/run_$name" --sample 150 \
       --device "${DEVICE:-cuda}" --workers 1 --no-compile-check --report "$W/remeasure_$name.jsonl" > "$W/remeasure_$name.log" 2>&1
