@@ -56,9 +56,10 @@ def test_rescaling_stops_when_the_caller_says_it_cannot():
 
 
 def test_a_task_whose_sizes_cannot_grow_enough_is_decided_without_another_execution():
-    """A batch of 4 (about 0.4 ms) needs to grow some 100-fold; a budget of 8 rows lets it double: that is
-    predicted short of the window, so it keeps its first verdict, one execution in all."""
-    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(20.0, 80.0), timeout_s=30, compile_check=False,
+    """A batch of 4 (about 0.4 ms) needs to grow some 5,000-fold; a budget of 8 rows lets it double: that is
+    predicted short of the window, so it keeps its first verdict, one execution in all. The window is far enough
+    up that a loaded machine's sleeps (a forward measured at 10 ms, not 0.4) change nothing."""
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(2000.0, 8000.0), timeout_s=30, compile_check=False,
                           warmup=1, iters=2, workers=1)  # fmt: skip
     executed = []
     with WorkerPool(cfg) as pool:
