@@ -23,7 +23,7 @@ from opsynth.config import (
     NEEDED_SPARE,
 )
 from opsynth.data_sources import kind, operator_count
-from opsynth.filters.dedup import WithinSetFilter, dedup_key
+from opsynth.filters.dedup import WithinSetFilter, compact, dedup_key, spelled
 from opsynth.operator_catalog.registry import sampleable
 from opsynth.pipeline.candidates import selection_key
 from opsynth.reasons import DUPLICATE, NOT_NEEDED, Verdict
@@ -52,7 +52,7 @@ class Selector:
     def __init__(self, quota: dict[str, int]):
         self.quota = dict(quota)
         self.filters = {s: WithinSetFilter() for s in quota}
-        self.programs: dict[str, str] = {}  # a transformers row's exact program (its dedup key) -> its id
+        self.programs: dict[int | str, int | str] = {}  # a transformers row's program (dedup key) -> its id, `compact`
         self.rows: Counter = Counter()
         self.last_index: dict[str, int] = {}
 
@@ -116,10 +116,10 @@ class Selector:
         """Why a transformers candidate is refused (its program already a row's), or None, remembering it. A
         candidate of one round, rescaled in execution, can become a row of an earlier round: both drawn at a batch
         of 64, say, and shrunk to 1 (a tiny 600K run held two such rows)."""
-        key = candidate.dedup_key or dedup_key(candidate.code)
+        key = compact(candidate.dedup_key or dedup_key(candidate.code))
         if (row := self.programs.get(key)) is not None:
-            return f"the same program as {row}"
-        self.programs[key] = candidate.id
+            return f"the same program as {spelled(row)}"
+        self.programs[key] = compact(candidate.id)
         return None
 
 

@@ -81,6 +81,21 @@ def test_within_set_filter_caps_graphs_and_refuses_a_task_already_admitted():
     assert "operator graph" in within.admit("e", task_key(fixtures.NAN), relu, 2)
 
 
+def test_what_the_filter_keeps_per_row_is_two_numbers_where_key_and_name_are_digests():
+    import hashlib
+
+    from opsynth.filters.dedup import compact, spelled
+
+    within = WithinSetFilter()
+    key, row = hashlib.sha256(b"task").hexdigest(), hashlib.sha256(b"code").hexdigest()[:16]
+    assert within.admit(row, key, ["torch.relu"], 5) is None
+    assert within.tasks == {int(key[:16], 16): int(row, 16)}
+    assert f"the same task as {row} (its batch extent aside)" == within.admit("other", key, ["torch.relu"], 5)
+    assert spelled(compact(row)) == row and compact("a") == "a"
+    assert compact("0x12345678901234567") == "0x12345678901234567"
+    assert compact(key.upper()) == key.upper()  # a digest as written by hexdigest only
+
+
 def test_selection_takes_the_quota_in_index_order_skipping_duplicates():
     from opsynth.pipeline.selection import select
     from opsynth.records import Candidate
