@@ -8,6 +8,9 @@
 - `execute`: the execution stage, shape calibration included, through the worker pool on the chosen device
   (candidates/s, and on CUDA the fraction of wall time the GPU was busy, sampled from NVML; targets >= 10/s and
   >= 50 %).
+- `selection`: what the selection keeps across a run's rounds for its rows (the state that grows with them):
+  synthetic torch#2 rows of two catalog operators, admitted in rounds of 4,096, measured with tracemalloc (bytes
+  a row).
 """
 
 from __future__ import annotations
@@ -191,9 +194,44 @@ def bench_execute(
     }
 
 
+def bench_selection(n: int, round_size: int = 4096) -> dict:
+    """The selection's state after admitting `n` distinct torch#2 rows, each round's candidates made (their keys,
+    ids and codes new strings, as a round's records read back) and let go after it, as in a run."""
+    import hashlib
+    import random
+    import tracemalloc
+
+    from opsynth.operator_catalog.registry import sampleable
+    from opsynth.pipeline.selection import Selector
+    from opsynth.records import Candidate
+
+    ops = sorted(entry.name for entry in sampleable("torch"))
+    rng = random.Random(0)
+
+    def made(i: int) -> Candidate:
+        code = f"# task {i}"
+        key = hashlib.sha256(f"key {i}".encode()).hexdigest()
+        return Candidate("torch#2", i, i, (rng.choice(ops), rng.choice(ops)), code, (), key)
+
+    selector = Selector({"torch#2": n})
+    tracemalloc.start()
+    try:
+        start, t0 = tracemalloc.get_traced_memory()[0], time.perf_counter()
+        for first in range(0, n, round_size):
+            selector.admit([made(i) for i in range(first, min(n, first + round_size))])
+        held, seconds = tracemalloc.get_traced_memory()[0] - start, time.perf_counter() - t0
+    finally:
+        tracemalloc.stop()
+    rows = selector.rows["torch#2"]
+    return {"candidates": n, "rows": rows, "state_mib": round(held / 2**20, 1),
+            "bytes_per_row": round(held / max(1, rows)), "seconds": round(seconds, 1)}  # fmt: skip
+
+
 def run_bench(
     what: str, n: int, workload: str, device: str, workers: int, compile_check: bool, shared_checks: bool = True
 ) -> dict:
+    if what == "selection":
+        return {"bench": what, "machine": _machine(), **bench_selection(n)}
     if what == "cpu":
         result = bench_cpu(n, workload)
     elif what == "decontam":

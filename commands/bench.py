@@ -1,4 +1,4 @@
-"""`opsynth bench`: a stage's throughput, or the fault suite, as JSON."""
+"""`opsynth bench`: a stage's throughput, the selection's state per row, or the fault suite, as JSON."""
 
 from __future__ import annotations
 
@@ -18,13 +18,15 @@ def register(sub) -> None:
         "bench",
         "measure the throughput of a stage and write it as JSON",
         "examples:\n  opsynth bench cpu --n 500\n  opsynth bench decontam --n 300\n"
-        "  opsynth bench execute --device cuda --n 400 --out gpu.json\n  opsynth bench faults --n 20 --out faults.json",
+        "  opsynth bench execute --device cuda --n 400 --out gpu.json\n  opsynth bench selection --n 600000\n"
+        "  opsynth bench faults --n 20 --out faults.json",
         run,
     )
     bench.add_argument(
         "stage",
-        choices=("cpu", "decontam", "execute", "gpu", "faults"),
-        help="gpu: execute on CUDA; faults: kill, starve and damage tiny runs, and validate hostile tasks",
+        choices=("cpu", "decontam", "execute", "gpu", "selection", "faults"),
+        help="gpu: execute on CUDA; selection: the state kept per row; faults: kill, starve and damage tiny runs, "
+        "and validate hostile tasks",
     )
     bench.add_argument(
         "--n", type=int, help="candidates to push through (default 200); faults: trials of each kind (default 20)"

@@ -23,3 +23,11 @@ def test_bench_reports_a_rate(tmp_path, capsys, argv):
         assert result["brute_force_mismatches"] == 0
     if argv[0] == "execute":
         assert sum(result["verdicts"].values()) == 4
+
+
+def test_bench_selection_reports_what_the_selection_keeps_per_row(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "selection", "--n", "5000", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["candidates"] == 5000 and 0 < result["rows"] <= 5000
+    assert 0 < result["bytes_per_row"] < 1000 and result["state_mib"] > 0
