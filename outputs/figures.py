@@ -62,15 +62,13 @@ SIMILARITY_BINS = 50  # over [0, 1]
 SIMILARITY_EDGES = [i / SIMILARITY_BINS for i in range(SIMILARITY_BINS + 1)]
 
 
+_FINE_BINS = round(math.log10(EAGER_MS_RANGE[1] / EAGER_MS_RANGE[0]) * EAGER_FINE_BINS_PER_DECADE)
+
+
 def _fine_bin(ms: float) -> int:
     lo, hi = EAGER_MS_RANGE
     decades = math.log10(min(max(ms, lo), hi) / lo)
-    return min(int(decades * EAGER_FINE_BINS_PER_DECADE), _fine_bins() - 1)
-
-
-def _fine_bins() -> int:
-    lo, hi = EAGER_MS_RANGE
-    return round(math.log10(hi / lo) * EAGER_FINE_BINS_PER_DECADE)
+    return min(int(decades * EAGER_FINE_BINS_PER_DECADE), _FINE_BINS - 1)
 
 
 def _fine_edge(i: int) -> float:

@@ -17,7 +17,6 @@ gathered as the shards are written.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -168,9 +167,8 @@ def write_gpu_series(monitor: GpuBusyMonitor, session: SessionClock) -> None:
     """The monitor's samples (`GpuBusyMonitor.series`), one JSON object a line, beside the session's record: when
     the GPUs idled and where their workers were then. A diagnostic: a folder it cannot be written to costs the
     run nothing."""
-    lines = "".join(json.dumps(record, sort_keys=True) + "\n" for record in monitor.series(session.t0))
     with contextlib.suppress(OSError):
-        workfiles.write_text(session.companion(GPU_SERIES_SUFFIX), lines)
+        workfiles.write_json_lines(session.companion(GPU_SERIES_SUFFIX), monitor.series(session.t0))
 
 
 @dataclass

@@ -58,7 +58,12 @@ def read_json(path: str, default=None):
 
 def write_jsonl(path: str, records: Iterable) -> None:
     """Records with `to_json()`, one JSON object per line."""
-    write_text(path, "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records))
+    write_json_lines(path, (r.to_json() for r in records))
+
+
+def write_json_lines(path: str, objects: Iterable[dict]) -> None:
+    """JSON objects, one per line."""
+    write_text(path, "".join(json.dumps(o, sort_keys=True) + "\n" for o in objects))
 
 
 def iter_jsonl(path: str) -> Iterator[dict]:
