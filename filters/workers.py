@@ -19,6 +19,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from multiprocessing import Pipe
 from multiprocessing.connection import wait
 
 from opsynth.bytecode import wait_compiled
@@ -90,6 +91,7 @@ class WorkerPool:
         # Jobs started ahead of the run they belong to (see `run`): their verdicts, None while they run.
         self._ahead: dict[Job, Verdict | None] = {}
         self._run_lock = threading.Lock()  # threads of one process (Beam's multi_threading mode) take turns
+        self._bridge: _Bridge | None = None  # started ahead between two runs (see `run`)
         # A pool shared across pipelines (see ExecuteCandidates) is closed when the last reference goes, or at exit.
         self._finalizer = weakref.finalize(self, shut_down, self._workers, self._root)
 
@@ -148,9 +150,26 @@ class WorkerPool:
         `ahead()`, asked for a worker left idle once every job of this run is handed out, may return a job of
         a later run: it starts now, this run does not wait for it, and a later run given the same job takes
         its verdict (or the job in flight) instead of running it again. So the workers do not idle at the end
-        of a run, waiting for its slowest task. A verdict no run takes is dropped at the next run."""
+        of a run, waiting for its slowest task. A verdict no run takes is dropped at the next run. Once this run
+        is done, a thread of the pool's goes on asking `ahead()` for the workers left idle and taking their
+        verdicts, until the next run begins or the pool retires: the workers do not idle either while the
+        caller passes from one run to the next (on one H100 a 600-row run's two rounds were a second apart,
+        11 of its 14 workers holding a verdict meanwhile)."""
+        self._end_bridge()
         with self._run_lock:
-            return self._run(jobs, follow_up, on_final, skip, ahead)
+            verdicts = self._run(jobs, follow_up, on_final, skip, ahead)
+        if ahead is not None:
+            self._bridge = _Bridge(self, ahead)
+        return verdicts
+
+    def _end_bridge(self, raising: bool = True) -> None:
+        """The jobs started ahead since the last run left to the next one; an error of the thread raised here
+        (`raising`)."""
+        bridge, self._bridge = self._bridge, None
+        if bridge is not None:
+            bridge.end()
+            if raising and bridge.error is not None:
+                raise bridge.error
 
     def _adopt(self, pending: deque, finish) -> None:
         """Of the pending jobs, those started ahead: a verdict in hand is final at once, a job in flight goes
@@ -172,7 +191,8 @@ class WorkerPool:
         pending.extend(kept)
         self._ahead = {job: None for job, verdict in self._ahead.items() if verdict is None}
 
-    def _run(self, jobs: list[Job], follow_up, on_final, skip, ahead=None) -> list[Verdict]:
+    def _run(self, jobs: list[Job], follow_up, on_final, skip, ahead=None, stop=None) -> list[Verdict]:
+        """See `run`; with `stop` (the reading end of a pipe), also goes on until it can be read."""
         results: list[Verdict | None] = [None] * len(jobs)
         pending = deque((i, job) for i, job in enumerate(jobs))
 
@@ -185,8 +205,9 @@ class WorkerPool:
             else:
                 pending.appendleft((index, again))
 
-        self._adopt(pending, finish)
-        while pending or any(w.job is not None for w in self._workers):
+        if stop is None:
+            self._adopt(pending, finish)  # (between runs, the verdicts started ahead wait for the next run)
+        while pending or any(w.job is not None for w in self._workers) or (stop is not None and not stop.poll()):
             for slot, w in enumerate(self._workers):
                 while w.idle() and pending and skip is not None:
                     skipped = skip(pending[0][0])
@@ -209,10 +230,10 @@ class WorkerPool:
                         self._ahead[job] = None
                     self.first_handed = self.first_handed or w.started
             busy = [w for w in self._workers if w.working() or not w.ready]
-            if not busy:
+            if not busy and stop is None:
                 continue
             # Woken by a message or a closed socket; else every POLL_S, to look at deaths, holds and waits.
-            wait([w.conn for w in busy], timeout=POLL_S)
+            wait([w.conn for w in busy] + ([stop] if stop is not None else []), timeout=POLL_S)
             now = time.monotonic()
             for slot, w in enumerate(self._workers):
                 started_ahead = w.ahead
@@ -308,9 +329,11 @@ class WorkerPool:
     def retire(self) -> None:
         """Ask every worker to exit, without waiting for it (its device context's teardown takes a while):
         `close` then finds them gone. The pool runs nothing more."""
+        self._end_bridge()
         ask_to_exit(self._workers)
 
     def close(self) -> None:
+        self._end_bridge(raising=False)  # closing after a failure, or at the end: the pool's own error no matter
         self._finalizer()
 
     def __enter__(self) -> WorkerPool:
@@ -318,6 +341,31 @@ class WorkerPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Bridge:
+    """A pool's work between two runs: on a thread, the jobs `ahead()` gives started on the workers left idle and
+    their verdicts taken (see `WorkerPool.run`), until `end`."""
+
+    def __init__(self, pool: WorkerPool, ahead: Callable[[], Job | None]):
+        self._stop, self._stopping = Pipe(duplex=False)
+        self.error: BaseException | None = None
+
+        def work() -> None:
+            try:
+                with pool._run_lock:
+                    pool._run([], None, None, None, ahead, stop=self._stop)
+            except BaseException as e:  # raised in the caller's thread (`WorkerPool._end_bridge`)
+                self.error = e
+
+        self._thread = threading.Thread(target=work, name="worker-pool-bridge", daemon=True)
+        self._thread.start()
+
+    def end(self) -> None:
+        self._stopping.send_bytes(b"")
+        self._thread.join()
+        self._stop.close()
+        self._stopping.close()
 
 
 def worker_state(w: WorkerHandle) -> str:

@@ -139,7 +139,8 @@ class _ExecuteBatchFn(beam.DoFn):
             next_round = lookahead.registered(self.progress_dir)
             ahead = None
             if next_round is not None and fill is not None:
-                ahead = lookahead.StartAhead(next_round, fill, todo, lambda c: first_job(c, self.pool.cfg))
+                cfg = self.pool.cfg  # asked for after this stage's teardown too (WorkerPool.run, between runs)
+                ahead = lookahead.StartAhead(next_round, fill, todo, lambda c: first_job(c, cfg))
 
             def on_result(i: int, result: tuple) -> None:
                 if ahead is not None:

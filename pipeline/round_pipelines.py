@@ -290,6 +290,7 @@ class Beside:
         self.inputs = inputs
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        self.done = False  # its CPU stages done on its thread
         self._prepared: list[Candidate] | None = None
 
     def start(self, prepare: Callable[[RoundInputs], None], log) -> None:
@@ -300,6 +301,7 @@ class Beside:
         def run() -> None:
             try:
                 prepare(self.inputs)
+                self.done = True
             except BaseException as e:  # told when the round is due (`wait`), and its CPU stages done again
                 self.error = e
 
@@ -307,9 +309,10 @@ class Beside:
         self.thread.start()
 
     def candidates(self) -> list[Candidate] | None:
-        """Its prepared candidates in execution order, once its CPU stages are done (read once); else None."""
+        """Its prepared candidates in execution order, once its CPU stages are done (read once; asked from
+        another thread too, also once `wait` has returned); else None."""
         if self._prepared is None:
-            if self.thread is None or self.thread.is_alive() or self.error is not None:
+            if not self.done:
                 return None
             if not workfiles.exists(workfiles.join(self.inputs.round_dir, PREPARED_MARKER)):
                 return None

@@ -277,11 +277,35 @@ def test_a_job_started_ahead_runs_once_and_its_verdict_goes_to_the_run_that_asks
         pool.wait_ready()
         first = pool.run([slow, Job("fast", fixtures.GOOD, 2)], ahead=lambda: offered.pop(0) if offered else None)
         assert [v.reason for v in first] == [KEEP, KEEP] and pool.handed >= 3
-        handed = pool.handed
         second = pool.run(later)
         assert all(v.kept for v in second)
-        # each of the later jobs ran once in all: those started ahead were not run again
-        assert pool.handed == handed + 3 - (2 - len(offered))
+        # each job ran once in all: those started ahead (in the first run or after it) were not run again
+        assert not offered and pool.handed == 2 + 3
+
+
+def test_between_two_runs_the_idle_workers_go_on_starting_jobs_ahead_and_the_next_run_takes_their_verdicts():
+    """The caller passes from one run to the next (a round's records, the next round's pipeline) while the
+    workers go on: jobs that `ahead` gives only once the run is over start then, and are not run again."""
+    import time
+
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e5), timeout_s=20.0, compile_check=False, workers=2)
+    later = [Job(f"later{i}", fixtures.GOOD, 10 + i) for i in range(2)]
+    offered, available = list(later), []
+
+    def ahead():
+        return offered.pop(0) if offered and available else None
+
+    with WorkerPool(cfg) as pool:
+        pool.wait_ready()
+        assert [v.reason for v in pool.run([Job("first", fixtures.GOOD, 1)], ahead=ahead)] == [KEEP]
+        handed = pool.handed
+        available.append(True)  # the next run's jobs are known only now
+        deadline = time.monotonic() + 60
+        while (offered or any(w.working() for w in pool._workers)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not offered and pool.handed == handed + 2, "both started between the runs"
+        second = pool.run(later)
+        assert all(v.kept for v in second) and pool.handed == handed + 2, "their verdicts taken, not run again"
 
 
 def test_task_code_sees_a_scratch_home_but_the_compile_caches_where_the_user_has_them(tmp_path):

@@ -6,6 +6,7 @@ import shutil
 from datasets import load_dataset
 
 from opsynth.commands.cli import main
+from opsynth.filters.workers import WorkerPool
 from opsynth.pipeline import lookahead
 from opsynth.pipeline.lookahead import NextRound, StartAhead, certainly_asked
 from opsynth.pipeline.selection import FillPoint
@@ -86,9 +87,30 @@ def test_the_dataset_is_the_same_with_and_without_candidates_started_ahead(tmp_p
         if started:
             break
     assert started, "some of round 1's candidates started while round 0's last ones ran"
-    plain, ahead = (load_dataset(str(tmp_path / d), split="train") for d in ("plain", "ahead"))
+    _same_dataset(tmp_path / "plain", tmp_path / "ahead")
+
+    # Round 1's candidates known only once round 0's execution is over: they start between the two rounds' stages,
+    # while the driver passes from one round to the next (WorkerPool.run), its stage torn down meanwhile.
+    over, run = [], WorkerPool.run
+
+    def run_marked(self, jobs, *args, **kwargs):
+        verdicts = run(self, jobs, *args, **kwargs)
+        if (args[3] if len(args) > 3 else kwargs.get("ahead")) is not None:  # an execution's run, not a shape check's
+            over.append(len(jobs))
+        return verdicts
+
+    monkeypatch.setattr(WorkerPool, "run", run_marked)
+    monkeypatch.setattr(Beside, "candidates", lambda self: ready(self) if over else None)
+    started.clear()
+    assert main(["generate", "--out", str(tmp_path / "between"), *argv]) == 0
+    assert started, "round 1's candidates started between the rounds"
+    _same_dataset(tmp_path / "plain", tmp_path / "between")
+
+
+def _same_dataset(one, other) -> None:
+    plain, ahead = (load_dataset(str(d), split="train") for d in (one, other))
     assert plain["id"] == ahead["id"]
-    plain, ahead = (load_dataset(str(tmp_path / d), "rejected", split="train") for d in ("plain", "ahead"))
+    plain, ahead = (load_dataset(str(d), "rejected", split="train") for d in (one, other))
     assert [(r["data_source"], r["candidate_index"], r["reason"], r["stage"]) for r in plain] == [
         (r["data_source"], r["candidate_index"], r["reason"], r["stage"]) for r in ahead
     ]
