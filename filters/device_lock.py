@@ -16,17 +16,6 @@ SLOT_POLL_S = 0.005  # how often a task waiting to share a GPU looks for a free 
 # machine, fresh compile caches each): 248 drains with 2.8 timings each, against 539 with 1.3 without gathering;
 # the GPU busy over 87.5 % of the execution, against 80.8 %; the execution as long (124 s, 122 s).
 TIMING_GATHER_S = 0.15
-# How long the timings draining the sharers wait for them before they step back, letting the sharers waiting to go
-# on share the GPU for DRAIN_WINDOW_S, at most DRAIN_GIVE_UPS times for each timing (then it waits as long as it
-# takes): a sharer's step may be seconds of host work (a library's first use in its process: 0.4 s for a
-# convolution, 1.1 s for a determinant on one H100), and in 600-row runs on one H100 the GPU idled while a timing
-# waited for one task's first forward, other tasks waiting behind it (10-15 % of the execution's idle). The
-# drain that follows waits for the step still going on and for what the window let in: a step back costs the
-# timings up to DRAIN_WINDOW_S each, and lets the GPU run the waiting sharers' work meanwhile.
-DRAIN_PATIENCE_S = 0.1
-DRAIN_WINDOW_S = 0.1
-DRAIN_GIVE_UPS = 5
-DRAIN_POLL_S = 0.001  # how often a draining timing looks whether the sharers are out (flock cannot wait with a limit)
 # The driver clears GPU memory that a process frees after the free has returned, for a time that grows with its
 # size, and the clearing slows other processes' memory-bound kernels: on one H100, an elementwise forward of
 # 1.43 ms ran 16 % longer in the 20 ms after another process freed 8 GiB, and as long as ever otherwise (its
@@ -67,22 +56,14 @@ class DeviceLock:
     first forward's set-up), while every other task waits. So a timing that finds tasks sharing the GPU first
     waits up to `gather_s`, the sharers going on meanwhile, for another timing to start a drain, and joins it at
     once; only then does it start one itself. Timings drain the sharers a few at a time, not one by one. A
-    timing that finds no task on the GPU goes at once.
+    timing that finds no task on the GPU goes at once."""
 
-    A drain still waiting after `patience_s` while tasks wait to share (each holding a slot, blocked by the
-    timings pending alone) gives up for DRAIN_WINDOW_S: every timing pending steps back at once (a deadline in
-    a shared file), the sharers waiting go on meanwhile, and the timings then drain again; each timing gives up
-    at most DRAIN_GIVE_UPS times (`patience_s` None: never). A timing still holds the GPU alone."""
-
-    def __init__(
-        self, path: str, slots: int = 1, gather_s: float = TIMING_GATHER_S, patience_s: float | None = DRAIN_PATIENCE_S
-    ):
+    def __init__(self, path: str, slots: int = 1, gather_s: float = TIMING_GATHER_S):
         self.path = path
         self.slots = slots
         self.gather_s = gather_s
-        self.patience_s = patience_s
         self._fds: dict[str, int] | None = None  # opened lazily, in the process that uses them
-        self._deadlines: dict[str, memoryview] = {}  # shared deadlines (see `_deadline`), mapped lazily
+        self._clearing = None  # until when the memory freed by the lock's holders is being cleared
         self._watch = None  # where this process reports its holds and waits (see `watch`)
         self._holds_watched = True
         self._alone = False  # see `alone`
@@ -91,9 +72,9 @@ class DeviceLock:
         self._slot: int | None = None  # the slot it shares the GPU in, while it does
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "slots": self.slots, "gather_s": self.gather_s, "patience_s": self.patience_s,
-                "_fds": None, "_deadlines": {}, "_watch": None, "_holds_watched": True, "_alone": False, "held": False,
-                "sharing": False, "_slot": None}  # fmt: skip
+        return {"path": self.path, "slots": self.slots, "gather_s": self.gather_s, "_fds": None, "_clearing": None,
+                "_watch": None, "_holds_watched": True, "_alone": False, "held": False, "sharing": False,
+                "_slot": None}  # fmt: skip
 
     @contextlib.contextmanager
     def alone(self):
@@ -158,10 +139,8 @@ class DeviceLock:
         self._waiting(ALONE)
         if self.slots > 1 and not self._alone:
             self._gather()
-            self._drain()
-        else:
-            fcntl.flock(self._fd("pending"), fcntl.LOCK_SH)
-            fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
+        fcntl.flock(self._fd("pending"), fcntl.LOCK_SH)  # from now on, no new shared holder enters
+        fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
         self._await_clearing()
         self._holding(ALONE)
         return self
@@ -180,7 +159,11 @@ class DeviceLock:
         self._waiting(SHARING)
         slot = self._take_slot()
         try:
-            self._enter_shared()
+            # Held exclusive only while no exclusive holder is pending or inside, and so only an instant: the
+            # shared flock on `rw` is then granted at once.
+            fcntl.flock(self._fd("pending"), fcntl.LOCK_EX)
+            fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
+            fcntl.flock(self._fd("pending"), fcntl.LOCK_UN)
             self._holding(SHARING)
             self.sharing = True
             try:
@@ -211,60 +194,24 @@ class DeviceLock:
     def clearing(self, seconds: float) -> None:
         """Within `freeing` (or a hold): memory this process freed is cleared for `seconds` from now, which no
         timing may overlap (see FREED_CLEARING_BYTES_PER_S)."""
-        self._extend("clearing", time.monotonic() + seconds)
-
-    def _await_clearing(self) -> None:
-        """Holding the GPU alone: wait until the memory its earlier holders freed is cleared."""
-        wait = self._deadline("clearing")[0] - time.monotonic()
-        if wait > 0:
-            time.sleep(min(wait, CLEARING_WAIT_MAX_S))
-
-    def _deadline(self, name: str):
-        """A deadline the lock's processes share (monotonic clock seconds, in the file `path.name`)."""
-        if name not in self._deadlines:
-            self._deadlines[name] = open_watch(f"{self.path}.{name}", 1)
-        return self._deadlines[name]
-
-    def _extend(self, name: str, until: float) -> None:
-        """Move the shared deadline `name` to `until` where that is later: processes may write at once."""
-        fd = self._fd(name)
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd, until = self._fd("clearing"), time.monotonic() + seconds
+        fcntl.flock(fd, fcntl.LOCK_EX)  # freeing processes may write at once: the later deadline stays
         try:
-            deadline = self._deadline(name)
+            deadline = self._clearing_deadline()
             deadline[0] = max(deadline[0], until)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _drain(self) -> None:
-        """Hold `rw` alone, pending meanwhile (no new shared holder enters), stepping back for DRAIN_WINDOW_S
-        where the drain waited `patience_s` and a task waits to share (see the class)."""
-        pending, rw = self._fd("pending"), self._fd("rw")
-        for _ in range(DRAIN_GIVE_UPS if self.patience_s is not None else 0):
-            self._sleep_until(self._deadline("stepback")[0])  # a step back under way: the sharers' window
-            fcntl.flock(pending, fcntl.LOCK_SH)
-            give_up = time.monotonic() + self.patience_s
-            while True:
-                try:
-                    fcntl.flock(rw, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return
-                except BlockingIOError:
-                    pass
-                now = time.monotonic()
-                if now >= give_up and self._taken("waiting"):
-                    self._extend("stepback", now + DRAIN_WINDOW_S)
-                if self._deadline("stepback")[0] > now:
-                    break  # this timing or another one gave up: all step back
-                time.sleep(DRAIN_POLL_S)
-            fcntl.flock(pending, fcntl.LOCK_UN)
-        self._sleep_until(self._deadline("stepback")[0])
-        fcntl.flock(pending, fcntl.LOCK_SH)
-        fcntl.flock(rw, fcntl.LOCK_EX)
-
-    @staticmethod
-    def _sleep_until(deadline: float) -> None:
-        wait = deadline - time.monotonic()
+    def _await_clearing(self) -> None:
+        """Holding the GPU alone: wait until the memory its earlier holders freed is cleared."""
+        wait = self._clearing_deadline()[0] - time.monotonic()
         if wait > 0:
-            time.sleep(min(wait, DRAIN_WINDOW_S))  # a deadline written by task code is not trusted further
+            time.sleep(min(wait, CLEARING_WAIT_MAX_S))
+
+    def _clearing_deadline(self):
+        if self._clearing is None:
+            self._clearing = open_watch(f"{self.path}.clearing", 1)
+        return self._clearing
 
     def sharers(self) -> int:
         """While this process shares the GPU: how many other tasks share it now (their slots taken), asked without
@@ -304,21 +251,10 @@ class DeviceLock:
         self._released()
         fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
         self._waiting(SHARING)
-        self._enter_shared()
+        fcntl.flock(self._fd("pending"), fcntl.LOCK_EX)  # granted once no exclusive holder is pending or inside
+        fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
+        fcntl.flock(self._fd("pending"), fcntl.LOCK_UN)
         self._holding(SHARING)
-
-    def _enter_shared(self) -> None:
-        """Holding a slot: hold `rw` shared once no exclusive holder is pending or inside, saying meanwhile (a
-        shared flock on `waiting`) that a task waits to share, for the timings' patience (see `_drain`)."""
-        fcntl.flock(self._fd("waiting"), fcntl.LOCK_SH)
-        try:
-            # Held exclusive only while no exclusive holder is pending or inside, and so only an instant: the
-            # shared flock on `rw` is then granted at once.
-            fcntl.flock(self._fd("pending"), fcntl.LOCK_EX)
-            fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)
-            fcntl.flock(self._fd("pending"), fcntl.LOCK_UN)
-        finally:
-            fcntl.flock(self._fd("waiting"), fcntl.LOCK_UN)
 
     def _take_slot(self) -> int:
         """One of the `slots` slot files, locked: the first free one, looked for again every few ms until one is

@@ -1,7 +1,6 @@
 """The GPU lock: shared for checks up to its slots, exclusive for timings (which gather to drain the sharers
-together, and step back where the sharers make them wait long), released by a dead holder, and reporting its
-holder's holds and waits. A timing that must drain the sharers at once is made with `gather_s=0`; one that never
-steps back with `patience_s=None`."""
+together), released by a dead holder, and reporting its holder's holds and waits. A timing that must drain the
+sharers at once is made with `gather_s=0`."""
 
 
 def _hold_and_die(path):
@@ -99,8 +98,8 @@ def test_exclusive_holders_waiting_together_go_before_any_new_shared_holder(tmp_
     path = str(tmp_path / "gpu0")
     a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
     assert a.wait(5)
-    w1, release_w1, thread_w1 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0, patience_s=None))
-    w2, release_w2, thread_w2 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0, patience_s=None))
+    w1, release_w1, thread_w1 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0))
+    w2, release_w2, thread_w2 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0))
     assert not w1.wait(0.3) and not w2.is_set()
     r, release_r, thread_r = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
     assert not r.wait(0.3), "a shared holder waits while timings are pending"
@@ -127,13 +126,13 @@ def test_a_timing_lets_the_sharers_go_on_until_another_timing_drains_them_and_jo
     path = str(tmp_path / "gpu0")
     a, release_a, thread_a = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
     assert a.wait(5)
-    w1, release_w1, thread_w1 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=600, patience_s=None))
+    w1, release_w1, thread_w1 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=600))
     assert not w1.wait(0.3)
     r, release_r, thread_r = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
     assert r.wait(5), "a shared holder enters while a timing gathers"
     release_r.set()
     thread_r.join(5)
-    w2, release_w2, thread_w2 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0, patience_s=None))
+    w2, release_w2, thread_w2 = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0))
     assert not w2.wait(0.3)
     s, release_s, thread_s = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
     assert not s.wait(0.3), "a shared holder waits once a timing drains the GPU"
@@ -159,101 +158,6 @@ def test_a_timing_drains_the_sharers_itself_once_its_gathering_is_over(tmp_path)
         assert sharer.timing_waits() and not w.is_set(), "it drains the GPU: no new sharer enters, it waits"
     assert w.wait(5)
     release_w.set()
-    thread_w.join(5)
-
-
-def _stepping_sharer(path: str, stop, stepped_back: list) -> tuple:
-    """A sharer in a thread that steps aside whenever a timing waits, counting in `stepped_back` each time it
-    shares the GPU again; (its entered event, its thread), ending once `stop` is set and it shares again."""
-    import threading
-    import time
-
-    from opsynth.filters.device_holds import yield_to_timings
-    from opsynth.filters.device_lock import DeviceLock
-
-    entered = threading.Event()
-
-    def run():
-        with DeviceLock(path, slots=3).shared() as lock:
-            entered.set()
-            while not stop.is_set():
-                if yield_to_timings(lock, lambda: None):
-                    stepped_back.append(time.monotonic())
-                time.sleep(0.002)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return entered, thread
-
-
-def _wait_for(condition, seconds: float = 20) -> bool:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return condition()
-
-
-def test_a_drain_kept_waiting_steps_back_for_the_sharers_waiting_and_the_timing_still_holds_the_gpu_alone(tmp_path):
-    """A sharer in one long step (a library's first use) no longer keeps the others off the GPU while a timing
-    waits for it: the timing steps back, the sharers waiting go on, and it drains them again."""
-    import threading
-
-    from opsynth.filters.device_lock import DeviceLock
-
-    path = str(tmp_path / "gpu0")
-    stuck, release_stuck, thread_stuck = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
-    assert stuck.wait(5)
-    stop, stepped_back = threading.Event(), []
-    other, thread_other = _stepping_sharer(path, stop, stepped_back)
-    assert other.wait(5)
-    w, release_w, thread_w = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0, patience_s=0.02))
-    assert _wait_for(lambda: len(stepped_back) >= 1), "the sharer waiting was let back while the timing waited"
-    assert not w.is_set(), "the timing waits for the sharer still inside"
-    stop.set()
-    thread_other.join(20)
-    release_stuck.set()
-    assert w.wait(20), "the timing holds the GPU once the sharers are out"
-    late, release_late, thread_late = _enter_in_thread(lambda: DeviceLock(path, slots=3).shared())
-    assert not late.wait(0.3), "no task shares the GPU while the timing holds it"
-    release_w.set()
-    assert late.wait(5)
-    release_late.set()
-    for t in (thread_stuck, thread_w, thread_late):
-        t.join(5)
-
-
-def test_a_timing_steps_back_only_for_tasks_waiting_to_share_and_a_bounded_number_of_times(tmp_path, monkeypatch):
-    import threading
-    import time
-
-    from opsynth.filters import device_lock
-    from opsynth.filters.device_lock import DeviceLock
-
-    monkeypatch.setattr(device_lock, "DRAIN_GIVE_UPS", 3)
-    path = str(tmp_path / "gpu0")
-    stuck = DeviceLock(path, slots=3)
-    with stuck.shared():
-        w, release_w, thread_w = _enter_in_thread(lambda: DeviceLock(path, slots=3, gather_s=0, patience_s=0.02))
-        assert _wait_for(stuck.timing_waits)
-        deadline = time.monotonic() + 0.5
-        while time.monotonic() < deadline:  # no task waits to share: stepping back would let none in
-            assert stuck.timing_waits(), "the timing stepped back with no task waiting to share"
-            time.sleep(0.005)
-        stop, stepped_back = threading.Event(), []
-        other, thread_other = _stepping_sharer(path, stop, stepped_back)
-        assert other.wait(20), "the timing stepped back for the sharer waiting to share, which shared the GPU"
-        assert _wait_for(lambda: len(stepped_back) == 2), "it stepped back twice more, the sharer aside each time"
-        time.sleep(0.5)
-        assert len(stepped_back) == 2, "its steps back are spent: it waits for the sharer inside"
-        assert not w.is_set()
-    assert w.wait(20), "the sharer inside left: the timing holds the GPU, the other sharer still aside"
-    assert len(stepped_back) == 2
-    release_w.set()
-    stop.set()
-    thread_other.join(20)
-    assert len(stepped_back) == 3 and not thread_other.is_alive()
     thread_w.join(5)
 
 
