@@ -5,7 +5,8 @@ record (`sessions/<record>.gpu.jsonl` in the run's work folder):
 
 For each file and GPU: the samples' mean busy share; the mean number of workers in each state over the samples
 under `--idle` busy and over those above 1 - `--idle` (both ends of NVML's scale, where the stats' weighted means
-blur them); and the longest stretches of consecutive samples under `--idle`, each with its workers' mean states.
+blur them); the idle seconds of its execution by cause (see `idle_causes`); and the longest stretches of
+consecutive samples under `--idle`, each with its workers' mean states.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
 
@@ -44,6 +46,43 @@ def stretches(samples: list[dict], gpu: int, idle: float) -> list[list[dict]]:
     return sorted(runs, key=lambda run: (-len(run), run[0]["t"]))
 
 
+# A sample counts as the round's change (or the run's end) where at least this share of its GPU's workers has no
+# task or holds a verdict not taken, and as compile-bound where at least this share compiles.
+UNOCCUPIED_SHARE = 0.4
+COMPILING_SHARE = 0.7
+
+
+def idle_cause(states: dict[str, float]) -> str:
+    """Why a GPU idled at a sample, from its workers' states: the rounds' change or the run's end; timings waiting
+    for a task's first forward (a library's first use in its process, mostly), for tasks in other steps, or with
+    no task sharing the GPU; most workers compiling; or other."""
+    workers = sum(states.values()) or 1
+    if (states.get("no_task", 0) + states.get("handing_back", 0)) / workers >= UNOCCUPIED_SHARE:
+        return "between rounds or at the end"
+    if states.get("waiting_to_time", 0):
+        if states.get("sharing:first_forward", 0):
+            return "timings wait for a first forward"
+        if any(state.startswith("sharing:") for state in states):
+            return "timings wait for other steps"
+        return "timings wait, no task sharing"
+    if states.get("compile", 0) / workers >= COMPILING_SHARE:
+        return "most workers compiling"
+    return "other"
+
+
+def idle_causes(samples: list[dict], gpu: int) -> dict[str, float]:
+    """The seconds `gpu` idled by cause (`idle_cause`), each sample's idle share over its interval, from the first
+    sample in which a worker held the GPU to the last (its execution), most first."""
+    held = [k for k, s in enumerate(samples) if any(st.startswith(("sharing:", "alone:")) for st in s["workers"][gpu])]
+    if not held:
+        return {}
+    causes = Counter()
+    span = samples[held[0] : held[-1] + 1]
+    for before, sample in pairwise(span):
+        causes[idle_cause(sample["workers"][gpu])] += (1 - sample["busy"][gpu]) * (sample["t"] - before["t"])
+    return {cause: round(seconds, 2) for cause, seconds in causes.most_common()}
+
+
 def report(samples: list[dict], idle: float, stalls: int) -> list[str]:
     lines = []
     if not samples:
@@ -55,6 +94,8 @@ def report(samples: list[dict], idle: float, stalls: int) -> list[str]:
         lines.append(f"GPU {gpu}: {len(samples)} samples, mean busy {sum(busy) / len(busy):.3f}")
         lines.append(f"  under {idle:g} busy ({len(low)} samples): {mean_states(low, gpu)}")
         lines.append(f"  over {1 - idle:g} busy ({len(high)} samples): {mean_states(high, gpu)}")
+        if all("workers" in s for s in samples):
+            lines.append(f"  idle seconds by cause: {idle_causes(samples, gpu)}")
         for run in stretches(samples, gpu, idle)[:stalls]:
             lines.append(f"  {run[0]['t']:.1f}-{run[-1]['t']:.1f} s ({len(run)} samples): {mean_states(run, gpu)}")
     return lines

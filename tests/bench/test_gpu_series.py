@@ -27,6 +27,34 @@ def test_a_runs_series_tells_its_idle_stretches_and_who_held_the_gpu_then(tmp_pa
     stalled = "{'compile': 5.0, 'waiting_to_time': 2.0, 'sharing:first_forward': 1.0}"
     assert lines[1] == f"  under 0.1 busy (4 samples): {stalled}"
     assert lines[2] == "  over 0.9 busy (2 samples): {'compile': 7.0, 'alone:eager_timing': 1.0}"
-    assert lines[3].startswith("  0.5-1.5 s (3 samples): {'compile': 5.0") and len(lines) == 4
+    assert lines[3].startswith("  idle seconds by cause: {'timings wait for a first forward': 1.98")
+    assert lines[4].startswith("  0.5-1.5 s (3 samples): {'compile': 5.0") and len(lines) == 5
     main([path, "--stalls", "2"])
     assert "2.5-2.5 s (1 samples)" in capsys.readouterr().out
+
+
+def test_the_idle_seconds_of_a_runs_execution_are_put_down_to_where_its_workers_were():
+    from opsynth.bench.gpu_series import idle_causes
+
+    def sample(t, busy, **states):
+        return {"t": t, "busy": [busy], "workers": [states]}
+
+    samples = [
+        sample(0.0, 0.0, starting=4),  # before the first execution: not counted
+        sample(0.5, 1.0, **{"sharing:eager_checks": 1, "compile": 3}),
+        sample(1.0, 0.0, **{"sharing:first_forward": 1, "sharing:eager_checks": 1, "waiting_to_time": 2}),
+        sample(1.5, 0.5, **{"sharing:compiled_first_run": 1, "waiting_to_time": 1, "compile": 2}),
+        sample(2.0, 0.0, waiting_to_time=1, release=1, compile=2),
+        sample(2.5, 0.0, compile=3, task=1),
+        sample(3.0, 0.0, no_task=2, handing_back=1, compile=1),
+        sample(3.5, 0.8, **{"alone:eager_timing": 1, "compile": 2}),
+        sample(4.0, 0.0, no_task=3, compile=1),  # after the last execution: not counted
+    ]
+    assert idle_causes(samples, 0) == {
+        "timings wait for a first forward": 0.5,
+        "timings wait, no task sharing": 0.5,
+        "most workers compiling": 0.5,
+        "between rounds or at the end": 0.5,
+        "timings wait for other steps": 0.25,
+        "other": 0.1,
+    }
