@@ -11,9 +11,10 @@
 # one run, default 240) size the runs; ARGS_NAME adds options to build NAME's command (ARGS_w20="--workers 20", with
 # .gpu-builds/w20 a copy of another build's folder, compares options of one build). Writes to $OUT (default
 # gpu-out): NAME.stats.json, NAME.samples (time, GPU use, memory), NAME.gpu.jsonl (the run's own samples, with
-# where its workers were), NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as
-# data_NAME.tgz, and summary.txt, one block per run; everything is packed into all.tgz after each run. DEVICE=cpu
-# (default cuda) runs the same on the CPU, to try the script.
+# where its workers were), NAME.progress.tgz (each execution's verdict, its phases' seconds included),
+# NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as data_NAME.tgz, and summary.txt,
+# one block per run; everything is packed into all.tgz after each run. DEVICE=cpu (default cuda) runs the same on
+# the CPU, to try the script.
 set -u
 export PYTHONSAFEPATH=1  # python -m from the repository root imports the installed package, not ./opsynth
 OUT=${OUT:-gpu-out}
@@ -62,6 +63,7 @@ for name in $ORDER; do
   kill "$monitor"
   cp "$work/run_$name/stats.json" "$W/$name.stats.json" 2>/dev/null
   find "$work/run_$name/.opsynth" -name '*.gpu.jsonl' -exec cat {} + > "$W/$name.gpu.jsonl" 2>/dev/null
+  tar czf "$W/$name.progress.tgz" -C "$work/run_$name/.opsynth" progress 2>/dev/null  # each execution's verdict
   summary "$name" "$rc"
   PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" python3 -m opsynth.bench.gpu_series "$W/$name.gpu.jsonl" --stalls 6 \
     >> "$W/summary.txt" 2>/dev/null  # a build before its GPU series has none
