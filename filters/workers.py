@@ -328,12 +328,13 @@ class WorkerPool:
 
     def retire(self) -> None:
         """Ask every worker to exit, without waiting for it (its device context's teardown takes a while):
-        `close` then finds them gone. The pool runs nothing more."""
-        self._end_bridge()
+        `close` then finds them gone. The pool runs nothing more (jobs started ahead since the last run are no
+        run's: an error among them is not the caller's)."""
+        self._end_bridge(raising=False)
         ask_to_exit(self._workers)
 
     def close(self) -> None:
-        self._end_bridge(raising=False)  # closing after a failure, or at the end: the pool's own error no matter
+        self._end_bridge(raising=False)  # as `retire`
         self._finalizer()
 
     def __enter__(self) -> WorkerPool:

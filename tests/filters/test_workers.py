@@ -390,3 +390,29 @@ def test_a_worker_s_state_is_read_from_its_watch_and_a_value_it_could_not_write_
     assert worker_state(worker(wait=SHARING)) == "waiting_to_share"
     assert worker_state(worker()) == "task"
     assert worker_state(worker(phase=1e9)) == worker_state(worker(phase=2.5)) == "task"
+
+
+def test_an_error_between_two_runs_is_raised_by_the_next_run_and_not_by_closing_the_pool():
+    import time
+
+    import pytest
+
+    cfg = ExecutionConfig(device="cpu", runtime_window_ms=(0.0, 1e5), timeout_s=20.0, compile_check=False, workers=1)
+    over, asked = [], []
+
+    def ahead():
+        if over:
+            asked.append(True)
+            raise ValueError("the next round's candidates could not be read")
+        return None
+
+    with WorkerPool(cfg) as pool:
+        pool.wait_ready()
+        pool.run([Job("first", fixtures.GOOD, 1)], ahead=ahead)
+        over.append(True)
+        deadline = time.monotonic() + 60
+        while not asked and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(ValueError, match="could not be read"):
+            pool.run([Job("second", fixtures.GOOD, 2)])
+        pool.run([Job("first", fixtures.GOOD, 1)], ahead=ahead)  # the bridge fails again: closing says nothing
