@@ -123,6 +123,7 @@ class WorkerPool:
 
     def wait_ready(self) -> None:
         """Blocks until every worker is up (torch imported, its device set up): start-up kept apart from work."""
+        self._end_bridge()  # the pool's work between runs holds the run's lock
         with self._run_lock:
             while starting := [w for w in self._workers if not w.ready]:
                 wait([w.conn for w in starting], timeout=POLL_S)
