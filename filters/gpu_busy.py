@@ -92,7 +92,7 @@ class GpuBusyMonitor:
 
     def workers_while(self, start: float, end: float, busy: bool = False) -> dict | None:
         """Where the workers of a GPU were while it idled (`busy`: while it was busy), between `start` and `end`:
-        the mean number of them in each state (filters.workers.worker_state), each sample weighted by its GPU's
+        the mean number of them in each state (filters.worker_handle.worker_state), each sample weighted by its GPU's
         idle (busy) share, and the seconds that weighs; None where no state was sampled then."""
         at = dict(self.samples)
         seconds, weighted = 0.0, Counter()

@@ -1,6 +1,6 @@
 """The pool's side of one contained worker process (filters.worker_process): how it is started, handed a job,
-read from and killed, and how a pool's workers are shut down. What a worker sends is data from a process that
-runs task code: read with a size limit and checked, never trusted.
+read from and killed, where it is (what its watch reports), and how a pool's workers are shut down. What a worker
+sends or writes is data from a process that runs task code: read with a size limit and checked, never trusted.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from opsynth.filters.containment import PidsCgroup, python_path, task_environment
-from opsynth.filters.device_lock import clear_watch, open_watch
+from opsynth.filters.device_lock import ALONE, HOLD_MODE, PHASE, WAIT_MODE, clear_watch, open_watch
+from opsynth.filters.execution import REPORTED_PHASES
 from opsynth.filters.process_time import cpu_seconds
 from opsynth.filters.worker_process import EXECUTE, Cage, WorkerSetup
 from opsynth.reasons import Verdict
@@ -217,3 +218,29 @@ def shut_down(workers: list[WorkerHandle], root: str) -> None:
     for w in workers:
         w.kill()
     shutil.rmtree(root, ignore_errors=True)
+
+
+def worker_state(w: WorkerHandle) -> str:
+    """Where a worker is: `starting`, `no_task`, waiting for its GPU (`waiting_to_share`, `waiting_to_time`:
+    a timing or other exclusive hold), holding it (`sharing:PHASE`, `alone:PHASE`) or in a phase of its task
+    without it (`PHASE`, such as `compile`; `task` between phases; `handing_back`: its verdict sent, not yet
+    taken). Its watch is written by a process that runs task code: a value it could not have written reads as
+    `task`."""
+    if not w.ready:
+        return "starting"
+    if not w.working():
+        return "no_task"
+    watch = w.watch
+    code = watch[PHASE]
+    phase = REPORTED_PHASES[int(code) - 1] if code in range(1, len(REPORTED_PHASES) + 1) else "task"
+    if watch[WAIT_MODE]:
+        return "waiting_to_time" if watch[WAIT_MODE] == ALONE else "waiting_to_share"
+    if watch[HOLD_MODE]:
+        return f"{'alone' if watch[HOLD_MODE] == ALONE else 'sharing'}:{phase}"
+    return phase
+
+
+def said(w: WorkerHandle) -> str:
+    """What a worker that failed to start last printed, for the message that says so."""
+    output = w.last_output()
+    return f"; it printed: {output}" if output else ""

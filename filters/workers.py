@@ -24,8 +24,8 @@ from multiprocessing.connection import wait
 
 from opsynth.bytecode import wait_compiled
 from opsynth.filters.containment import Limits, host_memory_share
-from opsynth.filters.device_lock import ALONE, HOLD_MODE, PHASE, WAIT_MODE, DeviceLock
-from opsynth.filters.execution import REPORTED_PHASES, ExecutionConfig
+from opsynth.filters.device_lock import DeviceLock
+from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.process_time import only_child
 from opsynth.filters.worker_budgets import hold_limit_s, overdue, task_threads
 from opsynth.filters.worker_handle import (
@@ -36,7 +36,9 @@ from opsynth.filters.worker_handle import (
     describe_exit,
     read_message,
     reported_time,
+    said,
     shut_down,
+    worker_state,
 )
 from opsynth.filters.worker_process import MAX_MESSAGE_BYTES, Cage
 from opsynth.reasons import CRASH, TIMEOUT, Verdict
@@ -298,13 +300,13 @@ class WorkerPool:
                 self._replace(slot)
                 return done
         if not w.ready and now >= w.deadline:
-            raise RuntimeError(f"an execution worker did not start within {STARTUP_TIMEOUT_S:g} s{_said(w)}")
+            raise RuntimeError(f"an execution worker did not start within {STARTUP_TIMEOUT_S:g} s{said(w)}")
         return None
 
     def _failed_to_start(self, slot: int, w: WorkerHandle) -> None:
         """A worker died before it was ready: where it ran in namespaces of its own, which some drivers refuse (a
         CUDA driver that cannot see itself), the pool's workers run without them from now on; else it is fatal."""
-        why = describe_exit(w.process.returncode) + _said(w)
+        why = describe_exit(w.process.returncode) + said(w)
         if not self._cage.namespaces:
             raise RuntimeError(f"an execution worker failed to start ({why})")
         print(f"opsynth: a worker failed to start in namespaces of its own ({why}); workers run without them",
@@ -368,29 +370,3 @@ class _Bridge:
         self._thread.join()
         self._stop.close()
         self._stopping.close()
-
-
-def worker_state(w: WorkerHandle) -> str:
-    """Where a worker is: `starting`, `no_task`, waiting for its GPU (`waiting_to_share`, `waiting_to_time`:
-    a timing or other exclusive hold), holding it (`sharing:PHASE`, `alone:PHASE`) or in a phase of its task
-    without it (`PHASE`, such as `compile`; `task` between phases; `handing_back`: its verdict sent, not yet
-    taken). Its watch is written by a process that runs task code: a value it could not have written reads as
-    `task`."""
-    if not w.ready:
-        return "starting"
-    if not w.working():
-        return "no_task"
-    watch = w.watch
-    code = watch[PHASE]
-    phase = REPORTED_PHASES[int(code) - 1] if code in range(1, len(REPORTED_PHASES) + 1) else "task"
-    if watch[WAIT_MODE]:
-        return "waiting_to_time" if watch[WAIT_MODE] == ALONE else "waiting_to_share"
-    if watch[HOLD_MODE]:
-        return f"{'alone' if watch[HOLD_MODE] == ALONE else 'sharing'}:{phase}"
-    return phase
-
-
-def _said(w: WorkerHandle) -> str:
-    """What a worker that failed to start last printed, for the message that says so."""
-    output = w.last_output()
-    return f"; it printed: {output}" if output else ""

@@ -371,7 +371,7 @@ def test_a_worker_s_state_is_read_from_its_watch_and_a_value_it_could_not_write_
 
     from opsynth.filters.device_lock import ALONE, HOLD_MODE, PHASE, SHARING, WAIT_MODE, WATCH_FIELDS
     from opsynth.filters.execution import PHASES
-    from opsynth.filters.workers import worker_state
+    from opsynth.filters.worker_handle import worker_state
 
     def worker(ready=True, working=True, **fields):
         watch = [0.0] * WATCH_FIELDS
