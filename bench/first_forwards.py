@@ -1,0 +1,138 @@
+"""A run's first forwards timed again alone: the run's tasks one after another in this one process, each built and
+drawn as the execution does, then its first forward and a second one. Where a run's first forwards were long
+(its verdicts' `phase_s.first_forward`), this tells a task's own first use of a library or kernel in a process
+(long alone too, once per process: the run's workers each pay it) from what the run did around it (short alone).
+
+    python -m opsynth.bench.first_forwards RUN [--longest 60] [--others 60] [--device cuda] [--report FILE]
+
+RUN is a run's folder (its work folder `RUN/.opsynth` holds the checkpointed verdicts) or a work folder. It
+prints, for the tasks with the longest first forwards in the run and for others drawn at random, their first
+forwards' seconds in the run and here, and the tasks whose first forward here took over FIRST_USE_S more than
+their second. The tasks run in this process: a development tool over a run's own tasks, not a sandbox.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+FIRST_USE_S = 0.1  # a first forward this much longer than the second reads as a first use
+
+
+def run_tasks(work: str) -> list[dict]:
+    """The distinct tasks the run's execution checkpointed with a first forward: code, seed, operators, and
+    the longest first forward any of their verdicts recorded (the seconds in `first_forward`)."""
+    from opsynth.pipeline import workfiles
+    from opsynth.pipeline.progress import ExecutionProgress
+    from opsynth.pipeline.rounds import PROGRESS_DIR
+
+    tasks: dict[str, dict] = {}
+    checkpoints = workfiles.match(workfiles.join(work, PROGRESS_DIR, "round-*", "batch-*.jsonl"))
+    for folder in sorted({path.rsplit("/", 1)[0] for path in checkpoints}):
+        for candidate, verdict, _ in ExecutionProgress(folder).load().done.values():
+            seconds = verdict.measurements.get("phase_s", {}).get("first_forward")
+            if seconds is None:
+                continue
+            task = tasks.setdefault(candidate.code, {"code": candidate.code, "seed": candidate.seed,
+                                                     "ops": list(candidate.ops), "in_run_s": 0.0})  # fmt: skip
+            task["in_run_s"] = max(task["in_run_s"], seconds)
+    return list(tasks.values())
+
+
+def chosen(tasks: list[dict], longest: int, others: int, seed: int) -> list[dict]:
+    """The `longest` tasks by first forward in the run and `others` of the rest at random, marked as such, in a
+    random order (a process's first uses fall on whichever task comes first)."""
+    rng = random.Random(seed)
+    ranked = sorted(tasks, key=lambda t: (-t["in_run_s"], t["code"]))
+    rest = ranked[longest:]
+    picked = [{**t, "longest": True} for t in ranked[:longest]]
+    picked += [{**t, "longest": False} for t in rng.sample(rest, min(others, len(rest)))]
+    rng.shuffle(picked)
+    return picked
+
+
+def time_alone(task: dict, device) -> dict:
+    """One task's model built and its first input drawn as the execution does, then its first and second forwards,
+    each finished (synchronized on CUDA), by the host clock: seconds, or the error that stopped it."""
+    import torch
+
+    from opsynth.filters.execution import draw_inputs
+    from opsynth.filters.task_loading import load_task
+
+    def finished() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    record = {"ops": task["ops"], "longest": task["longest"], "in_run_s": task["in_run_s"]}
+    try:
+        loaded = load_task(task["code"])
+        torch.manual_seed(task["seed"])
+        with torch.device(device):
+            model = loaded.model_class(*loaded.get_init_inputs()).to(device).eval()
+        inputs = draw_inputs(loaded, task["seed"], 0, device)
+        with torch.no_grad():
+            start = finished()
+            model(*inputs)
+            first = finished()
+            model(*inputs)
+            second = finished()
+        record.update(first_s=first - start, second_s=second - first)
+    except Exception as e:  # the run's verdict says why a task fails; here it is only left untimed
+        record["error"] = f"{type(e).__name__}: {e}"[:200]
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return record
+
+
+def summary(records: list[dict]) -> list[str]:
+    lines = []
+    for name, longest in (("longest in the run", True), ("others", False)):
+        timed = [r for r in records if r["longest"] is longest and "first_s" in r]
+        in_run, here, second = (sum(r[k] for r in timed) for k in ("in_run_s", "first_s", "second_s"))
+        lines.append(f"{name}: {len(timed)} tasks; first forwards {in_run:.2f} s in the run, {here:.2f} s here "
+                     f"(second forwards {second:.2f} s)")  # fmt: skip
+    firsts = sorted((r for r in records if r.get("first_s", 0) - r.get("second_s", 0) > FIRST_USE_S),
+                    key=lambda r: -r["first_s"])  # fmt: skip
+    lines.append(f"first uses here (first forward over {FIRST_USE_S:g} s longer than the second): {len(firsts)}")
+    lines += [f"  {r['first_s']:.3f} s (second {r['second_s']:.4f} s, in the run {r['in_run_s']:.3f} s) {r['ops']}"
+              for r in firsts]  # fmt: skip
+    failed = [r for r in records if "error" in r]
+    if failed:
+        lines.append(f"not timed: {len(failed)} (the first: {failed[0]['error']})")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m opsynth.bench.first_forwards")
+    parser.add_argument("run", help="a run's folder, or its work folder")
+    parser.add_argument("--longest", type=int, default=60, help="tasks with the longest first forwards in the run")
+    parser.add_argument("--others", type=int, default=60, help="other tasks of the run, drawn at random")
+    parser.add_argument("--seed", type=int, default=1, help="for the draw of the others and the order")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--report", help="a JSON-lines file of each task's times")
+    args = parser.parse_args(argv)
+    work = os.path.join(args.run, ".opsynth") if os.path.isdir(os.path.join(args.run, ".opsynth")) else args.run
+    tasks = run_tasks(work)
+    if not tasks:
+        sys.exit(f"{args.run}: no checkpointed verdict with a first forward; give a run's folder or its work folder")
+    import torch
+
+    from opsynth.filters.worker_process import WARM_UP_SOURCE
+
+    device = torch.device(args.device)
+    warm_up = {"code": WARM_UP_SOURCE, "seed": 0, "ops": [], "longest": False, "in_run_s": 0.0}
+    time_alone(warm_up, device)  # as each worker does before its first task: the context's start is no task's
+    records = [time_alone(task, device) for task in chosen(tasks, args.longest, args.others, args.seed)]
+    if args.report:
+        with open(args.report, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    print("\n".join(summary(records)))
+
+
+if __name__ == "__main__":
+    main()
