@@ -13,7 +13,9 @@
 # gpu-out): NAME.stats.json, NAME.samples (time, GPU use, memory), NAME.gpu.jsonl (the run's own samples, with
 # where its workers were), NAME.progress.tgz (each execution's verdict, its phases' seconds included),
 # NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as data_NAME.tgz, and summary.txt,
-# one block per run; everything is packed into all.tgz after each run. DEVICE=cpu (default cuda) runs the same on
+# one block per run; everything is packed into all.tgz after each run. FIRST_FORWARDS (options of
+# `python -m opsynth.bench.first_forwards`, "--longest 60" say) times the run's longest first forwards again alone
+# after it: first_forwards_NAME.txt/.jsonl/.err. DEVICE=cpu (default cuda) runs the same on
 # the CPU, to try the script.
 set -u
 export PYTHONSAFEPATH=1  # python -m from the repository root imports the installed package, not ./opsynth
@@ -72,6 +74,11 @@ for name in $ORDER; do
       --device "${DEVICE:-cuda}" --workers 1 --no-compile-check --report "$W/remeasure_$name.jsonl" > "$W/remeasure_$name.log" 2>&1
     echo "  re-measured: $(tail -n 1 "$W/remeasure_$name.log")" >> "$W/summary.txt"
     tar czf "$W/data_$name.tgz" -C "$work" --exclude=.opsynth "run_$name"
+  fi
+  if [ -n "${FIRST_FORWARDS:-}" ]; then
+    PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 120 python3 -m opsynth.bench.first_forwards "$work/run_$name" \
+      --device "${DEVICE:-cuda}" --report "$W/first_forwards_$name.jsonl" $FIRST_FORWARDS > "$W/first_forwards_$name.txt" 2> "$W/first_forwards_$name.err"
+    echo "  first forwards alone: $(head -n 2 "$W/first_forwards_$name.txt" | tr '\n' ' ')" >> "$W/summary.txt"
   fi
   pack
 done
