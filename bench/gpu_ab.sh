@@ -15,8 +15,8 @@
 # NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as data_NAME.tgz, and summary.txt,
 # one block per run; everything is packed into all.tgz after each run. FIRST_FORWARDS (options of
 # `python -m opsynth.bench.first_forwards`, "--longest 60" say) times the run's longest first forwards again alone
-# after it: first_forwards_NAME.txt/.jsonl/.err. DEVICE=cpu (default cuda) runs the same on
-# the CPU, to try the script.
+# after it: first_forwards_NAME.txt/.jsonl/.err. DEVICE=cpu (default cuda) runs the same on the CPU, to try the
+# script.
 set -u
 export PYTHONSAFEPATH=1  # python -m from the repository root imports the installed package, not ./opsynth
 OUT=${OUT:-gpu-out}
@@ -77,7 +77,8 @@ for name in $ORDER; do
   fi
   if [ -n "${FIRST_FORWARDS:-}" ]; then
     PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 120 python3 -m opsynth.bench.first_forwards "$work/run_$name" \
-      --device "${DEVICE:-cuda}" --report "$W/first_forwards_$name.jsonl" $FIRST_FORWARDS > "$W/first_forwards_$name.txt" 2> "$W/first_forwards_$name.err"
+      --device "${DEVICE:-cuda}" --report "$W/first_forwards_$name.jsonl" $FIRST_FORWARDS \
+      > "$W/first_forwards_$name.txt" 2> "$W/first_forwards_$name.err"
     echo "  first forwards alone: $(head -n 2 "$W/first_forwards_$name.txt" | tr '\n' ' ')" >> "$W/summary.txt"
   fi
   pack
