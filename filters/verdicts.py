@@ -18,6 +18,9 @@ CUDA_FATAL_MARKERS = (
     "illegal memory access",
     "CUBLAS_STATUS",
     "cuDNN error",
+    # An earlier task's CUDA graph capture that failed leaves the default generator refusing every draw: the
+    # worker is replaced after the first task it fails, not kept to fail all the rest.
+    "Offset increment outside graph capture",
 )
 
 

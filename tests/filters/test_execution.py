@@ -803,5 +803,7 @@ def test_a_cuda_error_in_the_compiled_model_also_retires_the_worker():
 
     assert is_fatal_cuda_error(Verdict(COMPILE_ERROR, "RuntimeError: CUDA error: device-side assert triggered"))
     assert is_fatal_cuda_error(Verdict(RUNTIME_ERROR, "RuntimeError: CUDA error: an illegal memory access"))
+    spoilt = "RuntimeError: Offset increment outside graph capture encountered unexpectedly."
+    assert is_fatal_cuda_error(Verdict(RUNTIME_ERROR, spoilt)), "a generator a failed capture left refusing draws"
     assert not is_fatal_cuda_error(Verdict(COMPILE_ERROR, "BackendCompilerFailed: unsupported op"))
     assert not is_fatal_cuda_error(Verdict(RUNTIME_ABOVE_WINDOW, "eager 300 ms > 100.0 ms (CUDA error)"))
