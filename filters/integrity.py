@@ -76,6 +76,7 @@ TORCH_SETTINGS = (
     "backends.cuda.flash_sdp_enabled",
     "backends.cuda.mem_efficient_sdp_enabled",
     "backends.cuda.math_sdp_enabled",
+    "cuda.get_sync_debug_mode",
 )
 SIGNALS = ("SIGINT", "SIGTERM", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGXFSZ", "SIGVTALRM")
 SIMPLE = (int, float, bool, str, bytes, type(None))
@@ -132,7 +133,7 @@ def _torch_settings() -> dict[str, Hashable]:
             for name in dotted.split("."):
                 getter = getattr(getter, name)
             settings[f"torch.{dotted}()"] = repr(getter())
-        except (AttributeError, RuntimeError):
+        except (AttributeError, RuntimeError, AssertionError):  # AssertionError: torch built without CUDA
             continue
     for config in ("torch._dynamo.config", "torch._inductor.config"):
         module = sys.modules.get(config)

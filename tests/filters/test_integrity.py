@@ -64,6 +64,16 @@ def test_a_global_setting_is_found(monkeypatch):
         torch.set_default_dtype(before)
 
 
+def test_a_changed_sync_debug_mode_is_found(monkeypatch):
+    """A task that leaves CUDA's synchronizations raising (or warning) changes what every later task runs into."""
+    mode = [0]
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: mode[0])
+    watch = integrity.Watch()
+    assert not watch.changes()
+    mode[0] = 2
+    assert "torch.cuda.get_sync_debug_mode()" in watch.changes()
+
+
 def test_a_thread_left_running_is_found():
     watch = integrity.Watch()
     stop = threading.Event()
