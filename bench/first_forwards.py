@@ -3,12 +3,15 @@ drawn as the execution does, then its first forward and a second one. Where a ru
 (its verdicts' `phase_s.first_forward`), this tells a task's own first use of a library or kernel in a process
 (long alone too, once per process: the run's workers each pay it) from what the run did around it (short alone).
 
-    python -m opsynth.bench.first_forwards RUN [--longest 60] [--others 60] [--device cuda] [--report FILE]
+    python -m opsynth.bench.first_forwards RUN [--longest 60] [--others 60] [--device cuda] [--rehearse]
+                                               [--report FILE]
 
 RUN is a run's folder (its work folder `RUN/.opsynth` holds the checkpointed verdicts) or a work folder. It
 prints, for the tasks with the longest first forwards in the run and for others drawn at random, their first
 forwards' seconds in the run and here, and the tasks whose first forward here took over FIRST_USE_S more than
-their second. The tasks run in this process: a development tool over a run's own tasks, not a sandbox.
+their second. `--rehearse` (CUDA) rehearses each first forward as the execution does (filters.rehearsal) and
+times the rehearsal too: what of a first use it moves out of the first forward. The tasks run in this process: a
+development tool over a run's own tasks, not a sandbox.
 """
 
 from __future__ import annotations
@@ -55,9 +58,10 @@ def chosen(tasks: list[dict], longest: int, others: int, seed: int) -> list[dict
     return picked
 
 
-def time_alone(task: dict, device) -> dict:
-    """One task's model built and its first input drawn as the execution does, then its first and second forwards,
-    each finished (synchronized on CUDA), by the host clock: seconds, or the error that stopped it."""
+def time_alone(task: dict, device, rehearsing: bool = False) -> dict:
+    """One task's model built and its first input drawn as the execution does, then (`rehearsing`) its first
+    forward's rehearsal, and its first and second forwards, each finished (synchronized on CUDA), by the host
+    clock: seconds, or the error that stopped it."""
     import torch
 
     from opsynth.filters.execution import draw_inputs
@@ -76,6 +80,12 @@ def time_alone(task: dict, device) -> dict:
             model = loaded.model_class(*loaded.get_init_inputs()).to(device).eval()
         inputs = draw_inputs(loaded, task["seed"], 0, device)
         with torch.no_grad():
+            if rehearsing:
+                from opsynth.filters.rehearsal import rehearse
+
+                start = finished()
+                record["untouched"] = rehearse(model, inputs)
+                record["rehearsal_s"] = finished() - start
             start = finished()
             model(*inputs)
             first = finished()
@@ -96,6 +106,10 @@ def summary(records: list[dict]) -> list[str]:
         in_run, here, second = (sum(r[k] for r in timed) for k in ("in_run_s", "first_s", "second_s"))
         lines.append(f"{name}: {len(timed)} tasks; first forwards {in_run:.2f} s in the run, {here:.2f} s here "
                      f"(second forwards {second:.2f} s)")  # fmt: skip
+        if any("rehearsal_s" in r for r in timed):
+            rehearsed = sum(r.get("rehearsal_s", 0.0) for r in timed)
+            touched = sum(not r.get("untouched", True) for r in timed)
+            lines[-1] += f"; rehearsals {rehearsed:.2f} s before them, {touched} models changed by theirs"
     firsts = sorted((r for r in records if r.get("first_s", 0) - r.get("second_s", 0) > FIRST_USE_S),
                     key=lambda r: -r["first_s"])  # fmt: skip
     lines.append(f"first uses here (first forward over {FIRST_USE_S:g} s longer than the second): {len(firsts)}")
@@ -114,8 +128,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--others", type=int, default=60, help="other tasks of the run, drawn at random")
     parser.add_argument("--seed", type=int, default=1, help="for the draw of the others and the order")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--rehearse", action="store_true", help="CUDA: rehearse each first forward before it")
     parser.add_argument("--report", help="a JSON-lines file of each task's times")
     args = parser.parse_args(argv)
+    if args.rehearse and args.device != "cuda":
+        parser.error("--rehearse captures CUDA graphs: give --device cuda")
     work = os.path.join(args.run, ".opsynth") if os.path.isdir(os.path.join(args.run, ".opsynth")) else args.run
     tasks = run_tasks(work)
     if not tasks:
@@ -127,7 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     warm_up = {"code": WARM_UP_SOURCE, "seed": 0, "ops": [], "longest": False, "in_run_s": 0.0}
     time_alone(warm_up, device)  # as each worker does before its first task: the context's start is no task's
-    records = [time_alone(task, device) for task in chosen(tasks, args.longest, args.others, args.seed)]
+    picked = chosen(tasks, args.longest, args.others, args.seed)
+    records = [time_alone(task, device, args.rehearse) for task in picked]
     if args.report:
         with open(args.report, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)

@@ -10,15 +10,36 @@ import contextlib
 from opsynth.filters.device_lock import FREED_CLEARING_BYTES_PER_S, DeviceLock
 
 
+def sharing(lock) -> bool:
+    """Whether `lock` is a DeviceLock this process holds in its shared mode."""
+    return getattr(lock, "sharing", False)
+
+
 def yield_to_timings(lock, finish_device_work) -> bool:
     """Where `lock` is a DeviceLock this process shares and a timing waits for it: finish this process's device
     work (`finish_device_work()`, a synchronize) and let the timings go first (`DeviceLock.step_aside`).
     Whether it stepped aside; any other lock (none, a CPU run's, one held alone) is left as it is."""
-    if not getattr(lock, "sharing", False) or not lock.timing_waits():
+    if not sharing(lock) or not lock.timing_waits():
         return False
     finish_device_work()
     lock.step_aside()
     return True
+
+
+@contextlib.contextmanager
+def stepped_out(lock, waiting=contextlib.nullcontext):
+    """Where `lock` is a DeviceLock this process shares: holding nothing within the block (`DeviceLock.step_out`),
+    sharing it again after it within `waiting()` (the phase its wait counts in); any other lock (none, a CPU
+    run's, one held alone) as it is. This process's device work must be finished before it."""
+    if not sharing(lock):
+        yield
+        return
+    lock.step_out()
+    try:
+        yield
+    finally:
+        with waiting():
+            lock.share_again()
 
 
 @contextlib.contextmanager

@@ -248,8 +248,18 @@ class DeviceLock:
     def step_aside(self) -> None:
         """While sharing: leave the GPU to the exclusive holders waiting, and share it again once they are done
         (the slot kept meanwhile). The caller's device work must be finished: the timings start at once."""
+        self.step_out()
+        self.share_again()
+
+    def step_out(self) -> None:
+        """While sharing: hold nothing until `share_again`, the slot kept (host work that launches no kernel, a
+        capture: see filters.rehearsal), so that timings go on meanwhile. The caller's device work must be
+        finished."""
         self._released()
         fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
+
+    def share_again(self) -> None:
+        """After `step_out`: share the GPU again, behind any exclusive holder pending or inside."""
         self._waiting(SHARING)
         fcntl.flock(self._fd("pending"), fcntl.LOCK_EX)  # granted once no exclusive holder is pending or inside
         fcntl.flock(self._fd("rw"), fcntl.LOCK_SH)

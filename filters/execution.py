@@ -21,8 +21,16 @@ import torch
 from opsynth.config import DISTINGUISHING_FRACTION, NUM_DRAWS, TIMING, VERIFY_ATOL, VERIFY_RTOL
 from opsynth.filters.comparison import flatten_outputs, to_device
 from opsynth.filters.compiled_model import compile_check_cpu, compiled_for_timing
-from opsynth.filters.device_holds import give_back_cached, pausing_between_modules, shared_mode, yield_to_timings
+from opsynth.filters.device_holds import (
+    give_back_cached,
+    pausing_between_modules,
+    shared_mode,
+    sharing,
+    stepped_out,
+    yield_to_timings,
+)
 from opsynth.filters.output_checks import DrawOutputs
+from opsynth.filters.rehearsal import rehearse
 from opsynth.filters.task_loading import TaskLoadError, load_task
 from opsynth.filters.timing import (
     PhaseClock,
@@ -45,14 +53,16 @@ from opsynth.reasons import (
 
 COMPILE_FIRST_MARGIN = 1.25  # CUDA: checks' events this many times the window's low end: compiled before timing
 # Where a worker's time goes, per task: building the model; waiting for the device lock; the first input draw
-# and the first (untimed) forward; the other draws and the rerun; comparing their outputs; the eager timing;
-# starting and stopping the profiler, and reading its events; torch.compile (host work); the compiled model's
-# first run (on CUDA, Triton's autotuning benchmarks; and what dynamo leaves to eager); its agreement with eager;
-# its timing; giving back the GPU memory the task's allocator cached.
+# and the first (untimed) forward; on CUDA, its rehearsal (holding nothing, filters.rehearsal); the other draws
+# and the rerun; comparing their outputs; the eager timing; starting and stopping the profiler, and reading its
+# events; torch.compile (host work); the compiled model's first run (on CUDA, Triton's autotuning benchmarks;
+# and what dynamo leaves to eager); its agreement with eager; its timing; giving back the GPU memory the task's
+# allocator cached.
 PHASES = (
     "load",
     "lock_wait",
     "first_forward",
+    "rehearsal",
     "eager_checks",
     "output_checks",
     "eager_timing",
@@ -215,21 +225,29 @@ def _checks(
         """Building the model and its first forward, mostly host work, pause between its modules too."""
         return pausing_between_modules(pause) if cuda else contextlib.nullcontext()
 
-    with clock("load"):
+    def init_inputs() -> list:
         torch.manual_seed(seed)
-        # Holding nothing: the model's arguments are host work (a transformers module's config, its first use
-        # importing modules: on one H200 the GPU idled up to 1.3 s while a timing waited for one to be made).
         with torch.device(device):
-            init_inputs = task.get_init_inputs()
-    with clock.holding(shared_mode(device_lock)):
+            return task.get_init_inputs()
+
+    def build(args: list):
         with clock("load"), between_modules():
             with torch.device(device):
-                model = task.model_class(*init_inputs)
-            model = model.to(device).eval()
+                model = task.model_class(*args)
+            return model.to(device).eval()
+
+    with clock("load"):
+        # Holding nothing: the model's arguments are host work (a transformers module's config, its first use
+        # importing modules: on one H200 the GPU idled up to 1.3 s while a timing waited for one to be made).
+        args = init_inputs()
+    with clock.holding(shared_mode(device_lock)):
+        model = build(args)
         with torch.no_grad():
             pause()
             with clock("first_forward"):
                 inputs = draw(0)  # kept for the rerun, the timing and the compile check
+                if cuda and not rehearsed(model, inputs, cfg, device_lock, clock):
+                    model = build(init_inputs())  # its first forward set tensors the rehearsal left unset
                 with between_modules():
                     first = flatten_outputs(model(*inputs))  # untimed: the first use of its memory and kernels
                 if cuda:
@@ -270,6 +288,22 @@ def _checks(
     measurements["eager_event_ms"] = measurements["eager_ms"]
     check_events(measurements, cfg.runtime_window_ms)
     return cuda_timings(model, inputs, eager_out, cfg, device_lock, clock, measurements, draw=draw)
+
+
+def rehearsed(model, inputs: list, cfg: ExecutionConfig, device_lock, clock: PhaseClock) -> bool:
+    """CUDA: the task's first forward rehearsed (filters.rehearsal) holding nothing, where its task shares the GPU,
+    so that the timings go on meanwhile; the capture's memory given back if the process then caches more than it
+    keeps between tasks. Whether the model is as it was (else it is to be built again)."""
+    if not sharing(device_lock):
+        return True  # held alone (a task retried alone for want of memory): no second copy of its intermediates
+    torch.cuda.synchronize()  # this process's device work finished before it lets the GPU go
+    with stepped_out(device_lock, lambda: clock("lock_wait")):
+        with clock("rehearsal"):
+            untouched = rehearse(model, inputs)
+        if torch.cuda.memory_reserved() > cache_keep_bytes(device_bytes(), cfg):
+            with clock("release"):
+                give_back_cached(device_lock)
+    return untouched
 
 
 def _profiled_ms(runs: list[tuple], inputs: list, iters: int, device_lock, clock: PhaseClock) -> list[float]:

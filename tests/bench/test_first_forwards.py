@@ -42,3 +42,12 @@ def test_a_folder_without_checkpoints_is_refused_saying_what_to_give(tmp_path, c
     with pytest.raises(SystemExit) as stop:
         first_forwards.main([str(tmp_path), "--device", "cpu"])
     assert "give a run's folder or its work folder" in str(stop.value)
+
+
+def test_rehearsing_on_the_cpu_is_a_usage_error(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as stop:
+        first_forwards.main([str(tmp_path), "--device", "cpu", "--rehearse"])
+    assert stop.value.code == 2
+    assert "give --device cuda" in capsys.readouterr().err

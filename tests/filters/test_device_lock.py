@@ -308,6 +308,63 @@ def test_only_a_shared_device_lock_steps_aside(tmp_path):
     assert not never
 
 
+def test_a_sharer_stepped_out_holds_nothing_keeps_its_slot_and_shares_again_behind_the_timings(tmp_path):
+    """A task's host work that launches no kernel (a first forward's rehearsal) holds nothing: a timing goes at
+    once, and the task shares the GPU again only once the timing is done, in the slot it had."""
+    import contextlib
+    import threading
+
+    from opsynth.filters.device_holds import stepped_out
+    from opsynth.filters.device_lock import DeviceLock
+
+    path = str(tmp_path / "gpu0")
+    sharer = DeviceLock(path, slots=2)
+    with sharer.shared():
+        slot = sharer._slot
+        back = threading.Event()
+        w, release_w, thread_w = _enter_in_thread(lambda: DeviceLock(path, slots=2, gather_s=0))
+        assert not w.wait(0.3), "the timing waits for the sharer"
+
+        waits: list[str] = []
+
+        @contextlib.contextmanager
+        def waiting():
+            waits.append("lock_wait")
+            yield
+
+        def host_work():
+            with stepped_out(sharer, waiting):
+                assert not sharer.held
+                assert w.wait(5), "the timing went while the sharer held nothing"
+                assert DeviceLock(path, slots=2)._taken(f"slot{slot}"), "the slot is kept meanwhile"
+            back.set()
+
+        thread_s = threading.Thread(target=host_work, daemon=True)
+        thread_s.start()
+        assert w.wait(5)
+        assert not back.wait(0.3), "the sharer shares again only behind the timing"
+        release_w.set()
+        assert back.wait(5)
+        thread_s.join(5)
+        thread_w.join(5)
+        assert sharer.held and sharer.sharing and sharer._slot == slot
+        assert waits == ["lock_wait"], "the wait to share again counts where the caller says"
+    assert not sharer.held
+
+
+def test_only_a_shared_device_lock_steps_out(tmp_path):
+    from opsynth.filters.device_holds import stepped_out
+    from opsynth.filters.device_lock import DeviceLock
+
+    with stepped_out(None):
+        pass
+    lock = DeviceLock(str(tmp_path / "gpu0"), slots=3)
+    with lock:  # held alone (a timing, or a task retried alone): it stays held
+        with stepped_out(lock):
+            assert lock.held
+        assert lock.held
+
+
 def test_a_models_building_and_forward_pause_between_its_modules_and_only_inside_the_block():
     import torch
 

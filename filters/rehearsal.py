@@ -1,0 +1,99 @@
+"""A task's first forward rehearsed on a GPU without running it: captured into a CUDA graph that is thrown away.
+
+A process's first forward of a task pays, besides its kernels, the host work of their first use: loading kernels
+(CUDA loads a library's kernels lazily), compiling the jiterator's, making cuDNN, cuBLAS and cuFFT plans. On one
+H100 that was up to 1.1 s for a single operator (`torch.prod`), paid once by each worker, while holding the GPU
+shared, and so while every timing waiting for the GPU waited for it. A capture does that host work, and queues
+the forward's kernels into the graph instead of launching them: so it can run holding nothing (see
+`DeviceLock.step_out`), and the forward that follows it finds its kernels loaded and its plans made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any
+
+import torch
+
+
+def rehearse(model, inputs: list) -> bool:
+    """Capture `model(*inputs)` into a CUDA graph, never run it, and throw it away. Whether the capture left the
+    model as it was (see `model_state`): a forward that makes or changes its model's tensors on its first call (a
+    lazily made parameter or cache) leaves them unset by a capture, and the model is to be built again.
+
+    A forward that cannot be captured stops the rehearsal there, which says nothing about the task (the uses
+    before that point were rehearsed; the forward that follows meets the same error where it is judged). Those
+    that synchronize (`.item()`, `nonzero`) are stopped by torch before they reach CUDA, so that the capture ends
+    cleanly. The CPU's and the default CUDA generator's states are as before it."""
+    before = model_state(model)
+    device = torch.cuda.current_device()
+    generator = torch.cuda.default_generators[device]
+    own_state, cpu_state = generator.graphsafe_get_state(), torch.get_rng_state()
+    sync_mode = torch.cuda.get_sync_debug_mode()
+    graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
+    # A capture that fails ends before the generator is told it is over, and the generator then refuses every later
+    # draw ("Offset increment outside graph capture"): the capture draws from a copy of its state.
+    generator.graphsafe_set_state(generator.clone_state())
+    try:
+        with torch.cuda.stream(_side_stream()):
+            graph.capture_begin(pool=pool, capture_error_mode="relaxed")  # a first use may allocate
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                model(*inputs)
+            finally:
+                torch.cuda.set_sync_debug_mode(sync_mode)
+                _end_capture(graph, device, pool)
+    except Exception:
+        pass
+    finally:
+        generator.graphsafe_set_state(own_state)
+        torch.set_rng_state(cpu_state)
+        graph.reset()
+    return model_state(model) == before
+
+
+def _end_capture(graph, device: int, pool) -> None:
+    """End the capture. Where it was spoilt (a CUDA call that a capture does not allow), `capture_end` raises before
+    it counts the capture as ended, and `reset` then leaves its memory pool alone: the pool's memory would never
+    be freed (and, depending on torch's version, the allocator would go on routing allocations past it), so it
+    is given back to the allocator here."""
+    try:
+        graph.capture_end()
+    except Exception:
+        try:
+            graph.pool()  # only a capture counted as ended has one, and `reset` gives it back
+        except Exception:
+            with contextlib.suppress(Exception):  # torch ends allocating to it before or after the capture
+                torch._C._cuda_endAllocateToPool(device, pool)
+            with contextlib.suppress(Exception):
+                torch._C._cuda_releasePool(device, pool)
+        raise
+
+
+@functools.cache
+def _side_stream():
+    """The stream captures run on, one per process: cuBLAS keeps a workspace per stream, made in the capture's
+    pool, which a stream of its own would make again for every rehearsal."""
+    return torch.cuda.Stream()
+
+
+def model_state(model) -> list[tuple[Any, ...]]:
+    """What a forward could change of a model without running a kernel: each module's attribute names, its
+    tensors' identities and version counters (an in-place write counts when it is queued), and its plain
+    values (numbers, strings, flags)."""
+    state = []
+    for name, module in model.named_modules(remove_duplicate=False):
+        attributes = vars(module)
+        tensors = {**attributes.get("_parameters", {}), **attributes.get("_buffers", {})}
+        tensors.update((key, value) for key, value in attributes.items() if isinstance(value, torch.Tensor))
+        plain = {key: value for key, value in attributes.items() if isinstance(value, (bool, int, float, str))}
+        state.append(
+            (
+                name,
+                tuple(sorted(attributes)),
+                tuple(sorted((key, id(t), t._version) for key, t in tensors.items() if t is not None)),
+                tuple(sorted(plain.items())),
+            )
+        )
+    return state
