@@ -22,10 +22,10 @@ def rehearse(model, inputs: list) -> bool:
     model as it was (see `model_state`): a forward that makes or changes its model's tensors on its first call (a
     lazily made parameter or cache) leaves them unset by a capture, and the model is to be built again.
 
-    A forward that cannot be captured stops the rehearsal there, which says nothing about the task (the uses
-    before that point were rehearsed; the forward that follows meets the same error where it is judged). Those
-    that synchronize (`.item()`, `nonzero`) are stopped by torch before they reach CUDA, so that the capture ends
-    cleanly. The CPU's and the default CUDA generator's states are as before it."""
+    A forward that cannot be captured stops the rehearsal there, which says nothing about the task: the uses
+    before that point were rehearsed, and the forward itself is judged after. Synchronizations (`.item()`,
+    `nonzero`) are stopped by torch before they reach CUDA, so that the capture ends cleanly. The CPU's and the
+    default CUDA generator's states are as before it."""
     before = model_state(model)
     device = torch.cuda.current_device()
     generator = torch.cuda.default_generators[device]
