@@ -247,7 +247,8 @@ def _checks(
             with clock("first_forward"):
                 inputs = draw(0)  # kept for the rerun, the timing and the compile check
                 if cuda and not rehearsed(model, inputs, cfg, device_lock, clock):
-                    model = build(init_inputs())  # its first forward set tensors the rehearsal left unset
+                    task = load_task(source)  # its first forward set tensors that the rehearsal left unset
+                    model = build(init_inputs())
                 with between_modules():
                     first = flatten_outputs(model(*inputs))  # untimed: the first use of its memory and kernels
                 if cuda:

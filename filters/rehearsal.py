@@ -19,8 +19,9 @@ import torch
 
 def rehearse(model, inputs: list) -> bool:
     """Capture `model(*inputs)` into a CUDA graph, never run it, and throw it away. Whether the capture left the
-    model as it was (see `model_state`): a forward that makes or changes its model's tensors on its first call (a
-    lazily made parameter or cache) leaves them unset by a capture, and the model is to be built again.
+    model and its task's module as they were (see `model_state`): a forward that makes or changes tensors on its
+    first call (a lazily made parameter or cache) leaves them unset by a capture, and the task is to be loaded and
+    built again.
 
     A forward that cannot be captured stops the rehearsal there, which says nothing about the task: the uses
     before that point were rehearsed, and the forward itself is judged after. Synchronizations (`.item()`,
@@ -79,21 +80,28 @@ def _side_stream():
 
 
 def model_state(model) -> list[tuple[Any, ...]]:
-    """What a forward could change of a model without running a kernel: each module's attribute names, its
-    tensors' identities and version counters (an in-place write counts when it is queued), and its plain
-    values (numbers, strings, flags)."""
-    state = []
+    """What a forward could change of a model and of its task's module without running a kernel: each module's
+    attribute names, tensors (identity and version counter: an in-place write counts when it is queued) and plain
+    values (numbers, strings, flags); and the same of the globals its forward sees (a cache the task fills on its
+    first call), containers by identity and length."""
+    state = [("globals", _values(getattr(type(model).forward, "__globals__", {})))]
     for name, module in model.named_modules(remove_duplicate=False):
         attributes = vars(module)
         tensors = {**attributes.get("_parameters", {}), **attributes.get("_buffers", {})}
-        tensors.update((key, value) for key, value in attributes.items() if isinstance(value, torch.Tensor))
-        plain = {key: value for key, value in attributes.items() if isinstance(value, (bool, int, float, str))}
-        state.append(
-            (
-                name,
-                tuple(sorted(attributes)),
-                tuple(sorted((key, id(t), t._version) for key, t in tensors.items() if t is not None)),
-                tuple(sorted(plain.items())),
-            )
-        )
+        state.append((name, _values(attributes), _values({k: t for k, t in tensors.items() if t is not None})))
     return state
+
+
+def _values(namespace: dict) -> tuple:
+    """A namespace's names, and what identifies its tensors, containers and plain values."""
+    described = []
+    for key, value in namespace.items():
+        if isinstance(value, torch.Tensor):
+            described.append((key, id(value), value._version))
+        elif isinstance(value, dict | list | set):
+            described.append((key, id(value), len(value)))
+        elif isinstance(value, bool | int | float | str):
+            described.append((key, value))
+        else:
+            described.append((key,))
+    return tuple(sorted(described, key=lambda entry: entry[0]))

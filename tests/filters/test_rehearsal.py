@@ -1,5 +1,5 @@
 """A first forward's rehearsal: captured, never run, the generators and the allocator left as they were, and a model
-that its first forward changes told apart (built again by the execution)."""
+or task module that its first forward changes told apart (loaded and built again by the execution)."""
 
 import pytest
 import torch
@@ -39,6 +39,18 @@ class InPlace(torch.nn.Module):
         return x * self.total
 
 
+_CACHE: dict = {}
+
+
+class GlobalCaching(torch.nn.Module):
+    """Fills a cache of its module's on its first forward: a capture would leave it holding a tensor never made."""
+
+    def forward(self, x):
+        if x.shape not in _CACHE:
+            _CACHE[x.shape] = torch.ones_like(x)
+        return x + _CACHE[x.shape]
+
+
 class Counting(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -70,7 +82,7 @@ def test_a_models_state_changes_with_what_a_forward_may_set_and_not_with_a_pure_
     before = model_state(pure)
     pure(x)
     assert model_state(pure) == before
-    for model in (Caching(), InPlace(), Counting()):
+    for model in (Caching(), InPlace(), Counting(), GlobalCaching()):
         before = model_state(model)
         model(x)
         assert model_state(model) != before, type(model).__name__
@@ -115,6 +127,8 @@ def test_a_rehearsal_runs_no_kernel_and_tells_a_model_its_first_forward_changes(
     assert rehearse(Plain().cuda(), [x])
     assert not rehearse(Caching().cuda(), [x])
     assert not rehearse(InPlace().cuda(), [x])
+    _CACHE.clear()
+    assert not rehearse(GlobalCaching().cuda(), [x])
 
 
 @pytest.mark.gpu
