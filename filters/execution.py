@@ -21,16 +21,9 @@ import torch
 from opsynth.config import DISTINGUISHING_FRACTION, NUM_DRAWS, TIMING, VERIFY_ATOL, VERIFY_RTOL
 from opsynth.filters.comparison import flatten_outputs, to_device
 from opsynth.filters.compiled_model import compile_check_cpu, compiled_for_timing
-from opsynth.filters.device_holds import (
-    give_back_cached,
-    pausing_between_modules,
-    shared_mode,
-    sharing,
-    stepped_out,
-    yield_to_timings,
-)
+from opsynth.filters.device_holds import give_back_cached, pausing_between_modules, shared_mode, yield_to_timings
 from opsynth.filters.output_checks import DrawOutputs
-from opsynth.filters.rehearsal import rehearse
+from opsynth.filters.rehearsal import rehearsed
 from opsynth.filters.task_loading import TaskLoadError, load_task
 from opsynth.filters.timing import (
     PhaseClock,
@@ -162,11 +155,18 @@ def run_checks(
     except Exception as e:
         verdict = classify_error(e)
     finally:
-        if cfg.device == "cuda" and torch.cuda.memory_reserved() > cache_keep_bytes(device_bytes(), cfg):
-            with clock("release"):
-                give_back_cached(device_lock)  # a large cache would hold memory the other workers may need
+        if cfg.device == "cuda":
+            release_cache(cfg, device_lock, clock)
     phase_s = {phase: round(s, 4) for phase, s in clock.seconds.items()}
     return Verdict(verdict.reason, verdict.detail, {**verdict.measurements, "phase_s": phase_s})
+
+
+def release_cache(cfg: ExecutionConfig, device_lock, clock: PhaseClock) -> None:
+    """CUDA: the memory this process's allocator caches given back (`give_back_cached`) where it is over what a
+    worker keeps between tasks: a large cache would hold memory the other workers may need."""
+    if torch.cuda.memory_reserved() > cache_keep_bytes(device_bytes(), cfg):
+        with clock("release"):
+            give_back_cached(device_lock)
 
 
 def phase_reporter(device_lock):
@@ -225,6 +225,9 @@ def _checks(
         """Building the model and its first forward, mostly host work, pause between its modules too."""
         return pausing_between_modules(pause) if cuda else contextlib.nullcontext()
 
+    def release() -> None:
+        release_cache(cfg, device_lock, clock)
+
     def init_inputs() -> list:
         torch.manual_seed(seed)
         with torch.device(device):
@@ -246,7 +249,7 @@ def _checks(
             pause()
             with clock("first_forward"):
                 inputs = draw(0)  # kept for the rerun, the timing and the compile check
-                if cuda and not rehearsed(model, inputs, cfg, device_lock, clock):
+                if cuda and not rehearsed(model, inputs, device_lock, clock, release):
                     task = load_task(source)  # its first forward set tensors that the rehearsal left unset
                     model = build(init_inputs())
                 with between_modules():
@@ -289,22 +292,6 @@ def _checks(
     measurements["eager_event_ms"] = measurements["eager_ms"]
     check_events(measurements, cfg.runtime_window_ms)
     return cuda_timings(model, inputs, eager_out, cfg, device_lock, clock, measurements, draw=draw)
-
-
-def rehearsed(model, inputs: list, cfg: ExecutionConfig, device_lock, clock: PhaseClock) -> bool:
-    """CUDA: the task's first forward rehearsed (filters.rehearsal) holding nothing, where its task shares the GPU,
-    so that the timings go on meanwhile; the capture's memory given back if the process then caches more than it
-    keeps between tasks. Whether the model is as it was (else it is to be built again)."""
-    if not sharing(device_lock):
-        return True  # held alone (a task retried alone for want of memory): no second copy of its intermediates
-    torch.cuda.synchronize()  # this process's device work finished before it lets the GPU go
-    with stepped_out(device_lock, lambda: clock("lock_wait")):
-        with clock("rehearsal"):
-            untouched = rehearse(model, inputs)
-        if torch.cuda.memory_reserved() > cache_keep_bytes(device_bytes(), cfg):
-            with clock("release"):
-                give_back_cached(device_lock)
-    return untouched
 
 
 def _profiled_ms(runs: list[tuple], inputs: list, iters: int, device_lock, clock: PhaseClock) -> list[float]:

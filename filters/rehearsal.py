@@ -16,6 +16,24 @@ from typing import Any
 
 import torch
 
+from opsynth.filters.device_holds import sharing, stepped_out
+
+
+def rehearsed(model, inputs: list, device_lock, clock, release) -> bool:
+    """CUDA: a task's first forward rehearsed (`rehearse`) holding nothing, where the task shares the GPU
+    (`device_lock`), so that the timings go on meanwhile; the wait to share it again counts as `lock_wait` on
+    `clock`, the rehearsal as `rehearsal`; then `release()`, which gives the capture's memory back if the process
+    caches more than it keeps between tasks. Whether the model and its task's module are as they were (else the
+    task is to be loaded and built again)."""
+    if not sharing(device_lock):
+        return True  # held alone (a task retried alone for want of memory): no second copy of its intermediates
+    torch.cuda.synchronize()  # this process's device work finished before it lets the GPU go
+    with stepped_out(device_lock, lambda: clock("lock_wait")):
+        with clock("rehearsal"):
+            untouched = rehearse(model, inputs)
+        release()
+    return untouched
+
 
 def rehearse(model, inputs: list) -> bool:
     """Capture `model(*inputs)` into a CUDA graph, never run it, and throw it away. Whether the capture left the

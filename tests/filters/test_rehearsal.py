@@ -93,28 +93,30 @@ def test_a_models_state_changes_with_what_a_forward_may_set_and_not_with_a_pure_
 
 
 def test_the_execution_rehearses_holding_nothing_only_where_its_task_shares_the_gpu(tmp_path, monkeypatch):
-    """The checks' rehearsal lets the GPU go meanwhile, and counts its wait to share it again as a wait for the lock;
-    a task holding the GPU alone (retried for want of memory) is not rehearsed."""
-    from opsynth.filters import execution
+    """The checks' rehearsal lets the GPU go meanwhile, gives memory back before it shares it again, and counts its
+    wait to share it again as a wait for the lock; a task holding the GPU alone (retried for want of memory) is not
+    rehearsed."""
+    from opsynth.filters import rehearsal
     from opsynth.filters.device_lock import DeviceLock
     from opsynth.filters.timing import PhaseClock
 
     lock = DeviceLock(str(tmp_path / "gpu0"), slots=2)
     held_meanwhile: list[bool] = []
-    monkeypatch.setattr(execution, "rehearse", lambda model, inputs: held_meanwhile.append(lock.held) or False)
+    monkeypatch.setattr(rehearsal, "rehearse", lambda model, inputs: held_meanwhile.append(lock.held) or False)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 0)
-    monkeypatch.setattr(execution, "device_bytes", lambda: 1 << 30)
-    cfg = execution.execution_config("cuda", (1.0, 10.0), 10, False, 2)
     clock = PhaseClock()
+
+    def release():
+        held_meanwhile.append(lock.held)
+
     with lock.shared():
-        assert execution.rehearsed(torch.nn.Identity(), [], cfg, lock, clock) is False, "the rehearsal's answer"
+        assert rehearsal.rehearsed(torch.nn.Identity(), [], lock, clock, release) is False, "the rehearsal's answer"
         assert lock.held and lock.sharing
-    assert held_meanwhile == [False]
+    assert held_meanwhile == [False, False], "rehearsed, then memory given back, holding nothing"
     assert {"rehearsal", "lock_wait"} <= set(clock.seconds)
     with lock.alone(), lock.shared():
-        assert execution.rehearsed(torch.nn.Identity(), [], cfg, lock, clock) is True
-    assert held_meanwhile == [False], "held alone: not rehearsed"
+        assert rehearsal.rehearsed(torch.nn.Identity(), [], lock, clock, release) is True
+    assert held_meanwhile == [False, False], "held alone: not rehearsed"
 
 
 @pytest.mark.gpu
