@@ -44,6 +44,7 @@ WATCHED = (
     "torch.compiler",
     "multiprocessing.connection",
     "opsynth.filters.execution",
+    "opsynth.filters.rehearsal",
     "opsynth.filters.comparison",
     "opsynth.filters.timing",
     "opsynth.filters.shape_check",
