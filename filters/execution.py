@@ -28,8 +28,8 @@ from opsynth.filters.task_loading import TaskLoadError, load_task
 from opsynth.filters.timing import (
     PhaseClock,
     allocation_failures,
-    device_ms,
-    profile_forwards,
+    counting_failures,
+    profiled_ms,
     timed_forward,
     timed_iters,
 )
@@ -294,30 +294,8 @@ def _checks(
     return cuda_timings(model, inputs, eager_out, cfg, device_lock, clock, measurements, draw=draw)
 
 
-def _profiled_ms(runs: list[tuple], inputs: list, iters: int, device_lock, clock: PhaseClock) -> list[float]:
-    """The paper's measure of each (fn, phase) of `runs`: `iters` profiled forwards, all in one hold of the GPU
-    alone."""
-    profiles = profile_forwards(runs, inputs, iters, clock.holding(device_lock), clock)
-    with clock("profile_parse"):
-        return [device_ms(prof, iters) for prof in profiles]
-
-
-def _counting_failures(timer, failures, measurements: dict[str, Any]):
-    """`timer`, the allocations that failed while it ran added to `measurements`' timing_allocation_failures."""
-
-    def counted(*args) -> list[float]:
-        before = failures()
-        try:
-            return timer(*args)
-        finally:
-            if failed := failures() - before:
-                measurements["timing_allocation_failures"] = measurements.get("timing_allocation_failures", 0) + failed
-
-    return counted
-
-
 def cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, device_lock, clock: PhaseClock,
-                  measurements: dict[str, Any], timer=_profiled_ms, failures=allocation_failures,
+                  measurements: dict[str, Any], timer=profiled_ms, failures=allocation_failures,
                   draw=None) -> dict[str, Any]:  # fmt: skip
     """CUDA, once the checks passed: the eager timing decides the window, and a task inside it is compiled,
     checked against eager (sharing the GPU) and timed compiled. A task whose checks' events put it
@@ -328,7 +306,7 @@ def cuda_timings(model, inputs: list, eager_out: list, cfg: ExecutionConfig, dev
     timings (`failures()`, counted before and after each) are recorded as `timing_allocation_failures`: a
     timing that ran a fallback for want of memory, for a run's verdicts to be counted by. `draw(i)`, input draw
     i, is what a discrete output's compiled agreement is checked on beyond the first."""
-    timer = _counting_failures(timer, failures, measurements)
+    timer = counting_failures(timer, failures, measurements)
     iters = timed_iters(cfg.iters, measurements["eager_ms"])
     compile_first = cfg.compile_check and measurements["eager_ms"] >= COMPILE_FIRST_MARGIN * cfg.runtime_window_ms[0]
     compiled, failed = None, None

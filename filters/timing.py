@@ -1,6 +1,7 @@
 """How a task's forwards are timed: the phase clock that says where a task's time goes, the profiler's summed
-device time of a forward (the paper's measure), the host clock on the CPU, CUDA events for a single forward,
-and how many forwards a timing takes."""
+device time of a forward (the paper's measure) taken in one exclusive hold of the GPU, the allocations that failed
+while a timing ran, the host clock on the CPU, CUDA events for a single forward, and how many forwards a timing
+takes."""
 
 from __future__ import annotations
 
@@ -147,3 +148,25 @@ def timed_forward(model, inputs: list, cuda: bool) -> tuple[Any, float]:
     t0 = time.perf_counter()
     out = model(*inputs)
     return out, (time.perf_counter() - t0) * 1e3
+
+
+def profiled_ms(runs: list[tuple], inputs: list, iters: int, device_lock, clock: PhaseClock) -> list[float]:
+    """The paper's measure of each (fn, phase) of `runs`: `iters` profiled forwards, all in one hold of the GPU
+    alone."""
+    profiles = profile_forwards(runs, inputs, iters, clock.holding(device_lock), clock)
+    with clock("profile_parse"):
+        return [device_ms(prof, iters) for prof in profiles]
+
+
+def counting_failures(timer, failures, measurements: dict[str, Any]):
+    """`timer`, the allocations that failed while it ran added to `measurements`' timing_allocation_failures."""
+
+    def counted(*args) -> list[float]:
+        before = failures()
+        try:
+            return timer(*args)
+        finally:
+            if failed := failures() - before:
+                measurements["timing_allocation_failures"] = measurements.get("timing_allocation_failures", 0) + failed
+
+    return counted
