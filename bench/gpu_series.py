@@ -5,8 +5,10 @@ record (`sessions/<record>.gpu.jsonl` in the run's work folder):
 
 For each file and GPU: the samples' mean busy share; the mean number of workers in each state over the samples
 under `--idle` busy and over those above 1 - `--idle` (both ends of NVML's scale, where the stats' weighted means
-blur them); the idle seconds of its execution by cause (see `idle_causes`); and the longest stretches of
-consecutive samples under `--idle`, each with its workers' mean states.
+blur them); the idle seconds of its execution by cause (see `idle_causes`); how busy the GPU was in each state of
+its lock, fitted over the samples (see `lock_activity`), with the shares of each sample's whole period and of its
+last 1/6 s (NVML's period is one of them); and the longest stretches of consecutive samples under `--idle`, each
+with its workers' mean states.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import json
 from collections import Counter
 from itertools import pairwise
 from pathlib import Path
+
+from opsynth.filters.gpu_busy import LOCK_STATES
 
 
 def read_series(path: Path) -> list[dict]:
@@ -70,17 +74,48 @@ def idle_cause(states: dict[str, float]) -> str:
     return "other"
 
 
-def idle_causes(samples: list[dict], gpu: int) -> dict[str, float]:
-    """The seconds `gpu` idled by cause (`idle_cause`), each sample's idle share over its interval, from the first
-    sample in which a worker held the GPU to the last (its execution), most first."""
+def execution(samples: list[dict], gpu: int) -> list[dict]:
+    """The samples from the first in which a worker held `gpu` to the last (its execution)."""
     held = [k for k, s in enumerate(samples) if any(st.startswith(("sharing:", "alone:")) for st in s["workers"][gpu])]
-    if not held:
-        return {}
+    return samples[held[0] : held[-1] + 1] if held else []
+
+
+def idle_causes(samples: list[dict], gpu: int) -> dict[str, float]:
+    """The seconds `gpu` idled by cause (`idle_cause`), each sample's idle share over its interval, over its
+    execution, most first."""
     causes = Counter()
-    span = samples[held[0] : held[-1] + 1]
-    for before, sample in pairwise(span):
+    for before, sample in pairwise(execution(samples, gpu)):
         causes[idle_cause(sample["workers"][gpu])] += (1 - sample["busy"][gpu]) * (sample["t"] - before["t"])
     return {cause: round(seconds, 2) for cause, seconds in causes.most_common()}
+
+
+def lock_activity(samples: list[dict], gpu: int, key: str = "lock") -> dict | None:
+    """How busy `gpu` was in each state of its lock (filters.gpu_busy.LOCK_STATES) over its execution: each
+    sample's busy share fitted, by non-negative least squares, as the sum over states of the state's share of the
+    sample (`key`: of its whole period, `lock`, or of its last 1/6 s, `lock_recent`) times the state's own busy
+    share. Per state, the seconds spent in it and the idle seconds the fit puts down to it; with the fit's samples
+    and root mean square error. None where the samples have no lock shares."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    rows = [(s[key][gpu], s["busy"][gpu], s["t"] - b["t"]) for b, s in pairwise(execution(samples, gpu)) if key in s]
+    rows = [row for row in rows if row[0]]
+    states = [state for state in LOCK_STATES if any(state in shares for shares, _, _ in rows)]
+    if not states:
+        return None
+    shares = np.array([[row[0].get(state, 0.0) for state in states] for row in rows])
+    busy, seconds = np.array([row[1] for row in rows]), np.array([row[2] for row in rows])
+    activity = np.minimum(nnls(shares, busy)[0], 1.0)
+    rms = float(np.sqrt(np.mean((shares @ activity - busy) ** 2)))
+    spent = shares.T @ seconds
+    return {
+        "samples": len(rows),
+        "rms": round(rms, 3),
+        "states": {
+            state: {"seconds": round(float(s), 1), "busy": round(float(a), 2), "idle_s": round(float(s * (1 - a)), 1)}
+            for state, s, a in zip(states, spent, activity, strict=True)
+        },
+    }
 
 
 def report(samples: list[dict], idle: float, stalls: int) -> list[str]:
@@ -96,6 +131,13 @@ def report(samples: list[dict], idle: float, stalls: int) -> list[str]:
         lines.append(f"  over {1 - idle:g} busy ({len(high)} samples): {mean_states(high, gpu)}")
         if all("workers" in s for s in samples):
             lines.append(f"  idle seconds by cause: {idle_causes(samples, gpu)}")
+        for key, span in (("lock", "whole period"), ("lock_recent", "last 1/6 s")):
+            if (fit := lock_activity(samples, gpu, key)) is not None:
+                states = ", ".join(
+                    f"{state} {v['seconds']} s at {v['busy']:.2f} busy ({v['idle_s']} s idle)"
+                    for state, v in fit["states"].items()
+                )
+                lines.append(f"  lock states ({span} of {fit['samples']} samples, fit rms {fit['rms']}): {states}")
         for run in stretches(samples, gpu, idle)[:stalls]:
             lines.append(f"  {run[0]['t']:.1f}-{run[-1]['t']:.1f} s ({len(run)} samples): {mean_states(run, gpu)}")
     return lines

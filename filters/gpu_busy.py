@@ -1,6 +1,8 @@
 """How busy the GPUs are: NVML's utilization of each visible GPU (the share of its last sample period in which
 a kernel ran), sampled in a background thread, so a run can say what share of its execution kept them busy, and
-where its workers were while a GPU idled.
+where its workers were while a GPU idled; between two samples, what each GPU's lock was doing (`lock_state`),
+read every LOCK_PERIOD_S, for the share of each sample's period it spent so (NVML's period is too long to tell a
+timing's hold from the drain before it).
 """
 
 from __future__ import annotations
@@ -8,10 +10,30 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
 
 SAMPLE_PERIOD_S = 0.5  # NVML's own sample period is 1/6 s to 1 s
+LOCK_PERIOD_S = 0.02  # how often the lock's state is read between two samples, where the workers' states are given
+RECENT_S = 1 / 6  # NVML's shortest sample period: each sample also carries the lock's shares of this last span
+LOCK_STATES = ("timing", "draining", "timing_waits", "shared_1", "shared_2", "shared_3+", "waiting_to_share", "free")
+
+
+def lock_state(states: Mapping[str, int]) -> str:
+    """What a GPU's lock was doing, from the number of its workers in each state (filters.worker_handle's
+    `worker_state`): `timing` (a task holds it alone); `draining` (a timing waits for the tasks that share it
+    to reach a pause); `timing_waits` (a timing waits with none sharing: gathering others, a freed memory's
+    clearing, its turn after another timing); `shared_K` (K tasks share it, no timing waiting); `waiting_to_share`
+    (none holds it, a task waits to); `free`."""
+    held = {state.partition(":")[0] for state, n in states.items() if n and ":" in state}
+    sharing = sum(n for state, n in states.items() if state.startswith("sharing:"))
+    if "alone" in held:
+        return "timing"
+    if states.get("waiting_to_time", 0):
+        return "draining" if sharing else "timing_waits"
+    if sharing:
+        return f"shared_{sharing}" if sharing < 3 else "shared_3+"
+    return "waiting_to_share" if states.get("waiting_to_share", 0) else "free"
 
 
 class GpuBusyMonitor:
@@ -25,6 +47,10 @@ class GpuBusyMonitor:
         # the GPUs: per sample, a count of the workers of each GPU in each state
         self.states = states
         self.state_samples: list[tuple[float, Counter]] = []
+        # per sample where states are given: (time, per GPU the share of the sample's period its lock spent in each
+        # of LOCK_STATES, and the same over its last RECENT_S)
+        self.lock_samples: list[tuple[float, list[dict], list[dict]]] = []
+        self._ticks: deque = deque()  # (time, per GPU its lock's state) read since the last sample
         self.unavailable: str | None = None
         self.devices = self._devices()
         self._stop = threading.Event()
@@ -50,12 +76,31 @@ class GpuBusyMonitor:
         return tuple(torch.cuda.utilization(d) / 100.0 for d in self.devices)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
+        tick = self.period_s if self.states is None else min(LOCK_PERIOD_S, self.period_s)
+        last = time.monotonic()
+        while not self._stop.wait(tick):
             with contextlib.suppress(Exception):  # one unreadable sample is a gap, not a failed run
                 now = time.monotonic()
+                states = Counter(self.states()) if self.states is not None else None
+                if states is not None:
+                    self._ticks.append((now, [lock_state(per_gpu(states, d)) for d in self.devices]))
+                if now < last + self.period_s - tick / 2:
+                    continue
+                last = now
                 self.samples.append((now, self._sample()))
-                if self.states is not None:
-                    self.state_samples.append((now, Counter(self.states())))
+                if states is not None:
+                    self.state_samples.append((now, states))
+                    self.lock_samples.append((now, self._shares(now - self.period_s), self._shares(now - RECENT_S)))
+                    self._ticks.clear()
+
+    def _shares(self, since: float) -> list[dict]:
+        """Per GPU, the share of the lock states read after `since` (since the last sample) in each state."""
+        ticks = [lock for t, lock in self._ticks if t > since]
+        shares = []
+        for d in range(len(self.devices)):
+            counts = Counter(lock[d] for lock in ticks)
+            shares.append({state: round(n / len(ticks), 3) for state, n in sorted(counts.items(), key=_in_order)})
+        return shares
 
     def __enter__(self) -> GpuBusyMonitor:
         if self.devices:
@@ -78,15 +123,17 @@ class GpuBusyMonitor:
     def series(self, t0: float) -> list[dict]:
         """Every sample as a record: `t`, its seconds after `t0` (monotonic); `busy`, each GPU's busy fraction;
         and where the workers' states were sampled, `workers`, per GPU the number of its workers in each state:
-        when the GPU idled, not only how much."""
+        when the GPU idled, not only how much; `lock` and `lock_recent`, per GPU the share of the sample's period
+        (of its last RECENT_S) its lock spent in each of LOCK_STATES."""
         states = dict(self.state_samples)
+        locks = {t: (whole, recent) for t, whole, recent in list(self.lock_samples)}
         records = []
         for t, used in list(self.samples):
             record = {"t": round(t - t0, 2), "busy": list(used)}
             if t in states:
-                record["workers"] = [
-                    {state: n for (gpu, state), n in sorted(states[t].items()) if gpu == d} for d in self.devices
-                ]
+                record["workers"] = [per_gpu(states[t], d) for d in self.devices]
+            if t in locks:
+                record["lock"], record["lock_recent"] = locks[t]
             records.append(record)
         return records
 
@@ -113,3 +160,12 @@ class GpuBusyMonitor:
             "seconds": round(seconds, 1),
             "workers": {state: round(w / seconds, 2) for state, w in sorted(weighted.items(), key=lambda x: -x[1])},
         }
+
+
+def _in_order(item: tuple[str, int]) -> int:
+    return LOCK_STATES.index(item[0])
+
+
+def per_gpu(states: Counter, gpu: int) -> dict[str, int]:
+    """The number of `gpu`'s workers in each state, of a sample's (GPU, state) counts."""
+    return {state: n for (d, state), n in sorted(states.items()) if d == gpu}

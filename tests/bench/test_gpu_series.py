@@ -58,3 +58,27 @@ def test_the_idle_seconds_of_a_runs_execution_are_put_down_to_where_its_workers_
         "timings wait for other steps": 0.25,
         "other": 0.1,
     }
+
+
+def test_the_gpus_busy_share_in_each_state_of_its_lock_is_fitted_over_the_samples():
+    from opsynth.bench.gpu_series import lock_activity
+
+    truth = {"timing": 0.75, "draining": 0.25, "shared_2": 1.0, "free": 0.0}
+    mixes = [
+        {"timing": 0.5, "shared_2": 0.5},
+        {"draining": 0.2, "shared_2": 0.8},
+        {"timing": 1.0},
+        {"free": 0.4, "draining": 0.6},
+        {"shared_2": 0.3, "free": 0.1, "timing": 0.6},
+    ]
+    samples = [{"t": 0.0, "busy": [0.0], "workers": [{"sharing:load": 1}]}]
+    for k, mix in enumerate(mixes, start=1):
+        busy = sum(truth[state] * share for state, share in mix.items())
+        samples.append({"t": k / 2, "busy": [busy], "workers": [{"alone:eager_timing": 1}], "lock": [mix]})
+    fit = lock_activity(samples, 0)
+    assert fit["samples"] == 5 and fit["rms"] < 1e-6
+    assert list(fit["states"]) == ["timing", "draining", "shared_2", "free"]  # LOCK_STATES' order
+    assert {state: v["busy"] for state, v in fit["states"].items()} == truth
+    assert fit["states"]["timing"]["seconds"] == 1.1 and fit["states"]["timing"]["idle_s"] == 0.3
+    assert lock_activity(samples, 0, "lock_recent") is None
+    assert any(line.startswith("  lock states (whole period of 5 samples") for line in report(samples, 0.1, 0))

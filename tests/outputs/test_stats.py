@@ -91,3 +91,40 @@ def test_a_spread_of_twenty_values_or_more_names_its_5th_and_95th_percentiles():
     assert "percentile" not in spread([float(v) for v in range(1, 20)])
     text = spread([float(v) for v in range(1, 101)])
     assert text.startswith("median 50.5 (quartiles 25.2 - 75.8; 5th-95th percentile 5.05 - 96; 1 - 100)")
+
+
+def test_a_gpus_lock_state_is_read_from_where_its_workers_are():
+    from opsynth.filters.gpu_busy import lock_state
+
+    assert lock_state({"alone:eager_timing": 1, "waiting_to_time": 2, "compile": 5}) == "timing"
+    assert lock_state({"waiting_to_time": 1, "sharing:eager_checks": 2}) == "draining"
+    assert lock_state({"waiting_to_time": 1, "waiting_to_share": 3, "compile": 2}) == "timing_waits"
+    assert lock_state({"sharing:first_forward": 1, "sharing:eager_checks": 1, "waiting_to_share": 1}) == "shared_2"
+    assert lock_state({"sharing:compiled_first_run": 3}) == "shared_3+"
+    assert lock_state({"waiting_to_share": 1, "compile": 3}) == "waiting_to_share"
+    assert lock_state({"compile": 3, "no_task": 1}) == "free"
+
+
+def test_the_monitor_reads_its_gpus_lock_between_samples_and_keeps_each_samples_shares(tmp_path):
+    import time
+
+    class Monitor(GpuBusyMonitor):
+        def _devices(self):
+            return [0, 1]
+
+        def _sample(self):
+            return (0.5, 0.25)
+
+    def states():
+        return [(0, "alone:eager_timing"), (0, "waiting_to_share"), (1, "compile")]
+
+    with Monitor(period_s=0.05, states=states) as monitor:
+        for _ in range(6000):  # polled, not timed: however slow the machine, it samples until stopped
+            if len(monitor.lock_samples) >= 3:
+                break
+            time.sleep(0.05)
+    for _, whole, recent in monitor.lock_samples:
+        assert whole == recent == [{"timing": 1.0}, {"free": 1.0}]
+    record = monitor.series(0.0)[0]
+    assert record["lock"] == record["lock_recent"] == [{"timing": 1.0}, {"free": 1.0}]
+    assert record["workers"] == [{"alone:eager_timing": 1, "waiting_to_share": 1}, {"compile": 1}]

@@ -1,0 +1,141 @@
+"""How long the GPU idles inside a timing's exclusive hold, and what of it is the profiler's, the first launch's or
+another process's: the wall time of a timing's forwards against the device time the profiler sums. On a CUDA
+machine:
+
+    python -m opsynth.bench.timing_gaps [--reps 20]
+
+For a few synthetic models of about 2 ms (a memory-bound chain, a convolution, a launch-bound chain of small
+operators) it times `iters` forwards as a timing does (`filters.timing.profile_forwards`, the profiler started
+before the forwards) and prints, per model and variant, the median of (wall - device) in ms over `--reps`: as a
+run times them; right after a second process's kernels (as after a drain of the tasks sharing the GPU); after one
+untimed forward under the same profiler (the first launch's cost apart); with CUDA events and no profiler; and what
+stopping one profiler and starting the next costs (between a hold's eager and compiled runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import statistics
+import time
+
+
+def _other_process(conn) -> None:
+    """Runs about 5 ms of kernels each time it is asked, synchronized, then answers."""
+    import torch
+
+    x = torch.randn(64 << 20, device="cuda")
+    while conn.recv():
+        for _ in range(10):
+            x = torch.sin(x)
+        torch.cuda.synchronize()
+        conn.send(True)
+
+
+def models(torch):
+    """(name, forward, inputs) of the synthetic models."""
+    big = torch.randn(128 << 20, device="cuda")
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1).cuda().eval()
+    image = torch.randn(32, 64, 128, 128, device="cuda")
+    small = torch.randn(1 << 16, device="cuda")
+
+    def chain(x):
+        return torch.tanh(torch.sigmoid(torch.cos(torch.sin(x)))) * 0.5
+
+    def many_small(x):
+        for _ in range(100):
+            x = torch.relu(x + 0.01)
+        return x
+
+    return [
+        ("memory-bound chain", chain, [big]),
+        ("conv2d", conv, [image]),
+        ("100 small operators", many_small, [small]),
+    ]
+
+
+def measure(reps: int) -> dict[str, dict[str, float]]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from opsynth.filters.timing import PhaseClock, device_ms, profile_forwards, timed_iters
+
+    context = multiprocessing.get_context("spawn")
+    here, there = context.Pipe()
+    other = context.Process(target=_other_process, args=(there,), daemon=True)
+    other.start()
+    here.send(True)
+    here.recv()  # its CUDA context made
+    results = {}
+    with torch.no_grad():
+        for name, fn, inputs in models(torch):
+            for _ in range(3):
+                fn(*inputs)
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*inputs)
+            end.record()
+            end.synchronize()
+            iters = timed_iters(10, start.elapsed_time(end))
+            gaps = {"as a run times": [], "after another process": [], "after a forward": [], "events": [],
+                    "profiler stop and start": []}  # fmt: skip
+            device = []
+            for _ in range(reps):
+                for variant in ("as a run times", "after another process"):
+                    if variant == "after another process":
+                        here.send(True)
+                        here.recv()
+                    clock = PhaseClock()
+                    (prof,) = profile_forwards([(fn, "t")], inputs, iters, contextlib.nullcontext(), clock)
+                    ms = device_ms(prof, iters) * iters
+                    device.append(ms)
+                    gaps[variant].append(clock.seconds["t"] * 1e3 - ms)
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    fn(*inputs)
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    for _ in range(iters):
+                        fn(*inputs)
+                    torch.cuda.synchronize()
+                    wall = (time.perf_counter() - t0) * 1e3
+                gaps["after a forward"].append(wall - device_ms(prof, iters + 1) * iters)
+                t0 = time.perf_counter()
+                start.record()
+                for _ in range(iters):
+                    fn(*inputs)
+                end.record()
+                end.synchronize()
+                gaps["events"].append((time.perf_counter() - t0) * 1e3 - start.elapsed_time(end))
+                first = profile(activities=[ProfilerActivity.CUDA])
+                first.__enter__()
+                t0 = time.perf_counter()
+                first.__exit__(None, None, None)
+                second = profile(activities=[ProfilerActivity.CUDA])
+                second.__enter__()
+                gaps["profiler stop and start"].append((time.perf_counter() - t0) * 1e3)
+                second.__exit__(None, None, None)
+            results[name] = {"iters": iters, "device_ms": round(statistics.median(device), 3)} | {
+                variant: round(statistics.median(values), 3) for variant, values in gaps.items()
+            }
+    here.send(False)
+    other.join(10)
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=20, help="timings of each model and variant")
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        parser.exit(2, "opsynth: timing_gaps needs a CUDA device\n")
+    print(f"{torch.cuda.get_device_name()}: wall - device of a timing's forwards, ms (median of {args.reps})")
+    for name, row in measure(args.reps).items():
+        print(f"  {name}: {row}")
+
+
+if __name__ == "__main__":
+    main()
