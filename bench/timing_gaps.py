@@ -8,8 +8,11 @@ For a few synthetic models of about 2 ms (a memory-bound chain, a convolution, a
 operators) it times `iters` forwards as a timing does (`filters.timing.profile_forwards`, the profiler started
 before the forwards) and prints, per model and variant, the median of (wall - device) in ms over `--reps`: as a
 run times them; right after a second process's kernels (as after a drain of the tasks sharing the GPU); after one
-untimed forward under the same profiler (the first launch's cost apart); with CUDA events and no profiler; and what
-stopping one profiler and starting the next costs (between a hold's eager and compiled runs).
+untimed forward, or one one-element kernel, under the same profiler (the first launch's cost apart); with the
+profiler's schedule, a warm-up step (an untimed forward, or a one-element kernel) whose events it drops before the
+recorded one, and the recorded forwards' device time over the plain profile's (1.0: none of the warm-up's counted);
+with CUDA events and no profiler; and what stopping one profiler and starting the next costs (between a hold's eager
+and compiled runs).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def models(torch):
 
 def measure(reps: int) -> dict[str, dict[str, float]]:
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     from opsynth.filters.timing import PhaseClock, device_ms, profile_forwards, timed_iters
 
@@ -79,9 +82,11 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
             end.record()
             end.synchronize()
             iters = timed_iters(10, start.elapsed_time(end))
-            gaps = {"as a run times": [], "after another process": [], "after a forward": [], "events": [],
+            gaps = {"as a run times": [], "after another process": [], "after a forward": [], "after a tiny kernel": [],
+                    "scheduled, warm-up forward": [], "scheduled, warm-up tiny kernel": [], "events": [],
                     "profiler stop and start": []}  # fmt: skip
-            device = []
+            device, scheduled = [], []
+            tiny = torch.zeros(1, device="cuda")
             for _ in range(reps):
                 for variant in ("as a run times", "after another process"):
                     if variant == "after another process":
@@ -101,6 +106,32 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
                     torch.cuda.synchronize()
                     wall = (time.perf_counter() - t0) * 1e3
                 gaps["after a forward"].append(wall - device_ms(prof, iters + 1) * iters)
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    tiny.add_(1)
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    for _ in range(iters):
+                        fn(*inputs)
+                    torch.cuda.synchronize()
+                    wall = (time.perf_counter() - t0) * 1e3
+                gaps["after a tiny kernel"].append(wall - device_ms(prof, iters) * iters)
+                for variant, warm, args in (
+                    ("scheduled, warm-up forward", fn, inputs),
+                    ("scheduled, warm-up tiny kernel", tiny.add_, [1]),
+                ):
+                    steps = schedule(wait=0, warmup=1, active=1, repeat=1)
+                    with profile(activities=[ProfilerActivity.CUDA], schedule=steps) as prof:
+                        warm(*args)
+                        torch.cuda.synchronize()
+                        prof.step()
+                        t0 = time.perf_counter()
+                        for _ in range(iters):
+                            fn(*inputs)
+                        torch.cuda.synchronize()
+                        wall = (time.perf_counter() - t0) * 1e3
+                    ms = device_ms(prof, iters) * iters
+                    gaps[variant].append(wall - ms)
+                    scheduled.append(ms / device[-1])
                 t0 = time.perf_counter()
                 start.record()
                 for _ in range(iters):
@@ -116,9 +147,9 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
                 second.__enter__()
                 gaps["profiler stop and start"].append((time.perf_counter() - t0) * 1e3)
                 second.__exit__(None, None, None)
-            results[name] = {"iters": iters, "device_ms": round(statistics.median(device), 3)} | {
-                variant: round(statistics.median(values), 3) for variant, values in gaps.items()
-            }
+            row = {"iters": iters, "device_ms": round(statistics.median(device), 3)}
+            row["scheduled / plain device time"] = round(statistics.median(scheduled), 3)
+            results[name] = row | {variant: round(statistics.median(values), 3) for variant, values in gaps.items()}
     here.send(False)
     other.join(10)
     return results
