@@ -7,7 +7,8 @@ machine:
 For a few synthetic models of about 2 ms (a memory-bound chain, a convolution, a launch-bound chain of small
 operators) it times `iters` forwards as a timing does (`filters.timing.profile_forwards`, the profiler started
 before the forwards) and prints, per model and variant, the median of (wall - device) in ms over `--reps`: as a
-run times them; right after a second process's kernels (as after a drain of the tasks sharing the GPU); after one
+run times them (one run; the second of two in one profile, and its device time over the first's, 1.0 where the
+split is right); right after a second process's kernels (as after a drain of the tasks sharing the GPU); after one
 untimed forward, or one one-element kernel, under the same profiler (the first launch's cost apart); with the
 profiler's schedule, a warm-up step (an untimed forward, or a one-element kernel) whose events it drops before the
 recorded one, and the recorded forwards' device time over the plain profile's (1.0: none of the warm-up's counted);
@@ -62,7 +63,7 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from opsynth.filters.timing import PhaseClock, device_ms, profile_forwards, timed_iters
+    from opsynth.filters.timing import PhaseClock, device_ms, profile_forwards, split_runs, timed_iters
 
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe()
@@ -82,10 +83,11 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
             end.record()
             end.synchronize()
             iters = timed_iters(10, start.elapsed_time(end))
-            gaps = {"as a run times": [], "after another process": [], "after a forward": [], "after a tiny kernel": [],
-                    "scheduled, warm-up forward": [], "scheduled, warm-up tiny kernel": [], "events": [],
-                    "profiler stop and start": []}  # fmt: skip
-            device, scheduled = [], []
+            variants = ("as a run times", "a run times, two runs: the second", "after another process",
+                        "after a forward", "after a tiny kernel", "scheduled, warm-up forward",
+                        "scheduled, warm-up tiny kernel", "events", "profiler stop and start")  # fmt: skip
+            gaps = {variant: [] for variant in variants}
+            device, scheduled, split = [], [], []
             tiny = torch.zeros(1, device="cuda")
             for _ in range(reps):
                 for variant in ("as a run times", "after another process"):
@@ -93,8 +95,8 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
                         here.send(True)
                         here.recv()
                     clock = PhaseClock()
-                    (prof,) = profile_forwards([(fn, "t")], inputs, iters, contextlib.nullcontext(), clock)
-                    ms = device_ms(prof, iters) * iters
+                    prof = profile_forwards([(fn, "t")], inputs, iters, contextlib.nullcontext(), clock)
+                    ms = device_ms(prof.events(), iters) * iters
                     device.append(ms)
                     gaps[variant].append(clock.seconds["t"] * 1e3 - ms)
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -105,7 +107,12 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
                         fn(*inputs)
                     torch.cuda.synchronize()
                     wall = (time.perf_counter() - t0) * 1e3
-                gaps["after a forward"].append(wall - device_ms(prof, iters + 1) * iters)
+                gaps["after a forward"].append(wall - device_ms(prof.events(), iters + 1) * iters)
+                clock = PhaseClock()
+                prof = profile_forwards([(fn, "a"), (fn, "b")], inputs, iters, contextlib.nullcontext(), clock)
+                first, second = split_runs(list(prof.events()), 2)
+                gaps["a run times, two runs: the second"].append(clock.seconds["b"] * 1e3 - device_ms(second, 1))
+                split.append(device_ms(second, 1) / device_ms(first, 1))
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     tiny.add_(1)
                     torch.cuda.synchronize()
@@ -114,7 +121,7 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
                         fn(*inputs)
                     torch.cuda.synchronize()
                     wall = (time.perf_counter() - t0) * 1e3
-                gaps["after a tiny kernel"].append(wall - device_ms(prof, iters) * iters)
+                gaps["after a tiny kernel"].append(wall - device_ms(prof.events(), iters) * iters)
                 for variant, warm, args in (
                     ("scheduled, warm-up forward", fn, inputs),
                     ("scheduled, warm-up tiny kernel", tiny.add_, [1]),
@@ -129,7 +136,7 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
                             fn(*inputs)
                         torch.cuda.synchronize()
                         wall = (time.perf_counter() - t0) * 1e3
-                    ms = device_ms(prof, iters) * iters
+                    ms = device_ms(prof.events(), iters) * iters
                     gaps[variant].append(wall - ms)
                     scheduled.append(ms / device[-1])
                 t0 = time.perf_counter()
@@ -149,6 +156,7 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
                 second.__exit__(None, None, None)
             row = {"iters": iters, "device_ms": round(statistics.median(device), 3)}
             row["scheduled / plain device time"] = round(statistics.median(scheduled), 3)
+            row["two runs split: second / first device time"] = round(statistics.median(split), 3)
             results[name] = row | {variant: round(statistics.median(values), 3) for variant, values in gaps.items()}
     here.send(False)
     other.join(10)

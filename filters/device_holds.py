@@ -90,7 +90,7 @@ def pausing_between_modules(pause):
 
 def give_back_cached(lock, cuda=None) -> None:
     """Return the GPU memory this process's allocator caches (`cuda`: torch.cuda) to the driver, never beside
-    another task's timing: while none runs (`DeviceLock.freeing`), and a timing after it waits until the driver
+    another task's timing: while none runs (`DeviceLock.briefly`), and a timing after it waits until the driver
     has cleared what it freed (`DeviceLock.clearing`). Any other lock (none, a CPU run's) is left as it is."""
     if cuda is None:
         import torch
@@ -99,12 +99,18 @@ def give_back_cached(lock, cuda=None) -> None:
     if not isinstance(lock, DeviceLock):
         cuda.empty_cache()
         return
-    with lock.freeing():
+    with lock.briefly():
         before = cuda.memory_reserved()
         cuda.empty_cache()
         freed = before - cuda.memory_reserved()
         if freed > 0:
             lock.clearing(freed / FREED_CLEARING_BYTES_PER_S)
+
+
+def briefly(lock):
+    """Where `lock` is a DeviceLock: a moment's device work that no timing runs beside (`DeviceLock.briefly`);
+    any other lock (none, a CPU run's) as it is."""
+    return lock.briefly() if isinstance(lock, DeviceLock) else contextlib.nullcontext()
 
 
 def sharers(lock) -> int:

@@ -49,7 +49,7 @@ class DeviceLock:
     timing waits for the sharers' current device step, not for the whole of their checks.
 
     Memory a worker gives back to the driver is cleared after the free (see FREED_CLEARING_BYTES_PER_S): the
-    free runs while no timing does (`freeing`), says for how long its memory is being cleared (`clearing`), and
+    free runs while no timing does (`briefly`), says for how long its memory is being cleared (`clearing`), and
     a timing that enters before then waits that long first.
 
     That wait is the cost of a drain: the GPU runs only the steps the sharers are finishing, often host work (a
@@ -177,10 +177,11 @@ class DeviceLock:
             fcntl.flock(slot, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
-    def freeing(self):
-        """For giving memory back to the driver (`device_holds.give_back_cached`): no timing runs meanwhile, the
-        `rw` file held shared as the checks hold it but with no slot and not behind the timings pending (a free
-        takes milliseconds; a timing waiting for it then waits for its clearing, see `clearing`). Where this
+    def briefly(self):
+        """For a moment's device work outside a task's holds (giving memory back to the driver, see
+        `device_holds.give_back_cached`; a profiler's first launch, filters.timing): no timing runs meanwhile,
+        the `rw` file held shared as the checks hold it but with no slot and not behind the timings pending (it
+        takes milliseconds; a timing waiting for a free then waits for its clearing, see `clearing`). Where this
         process holds the lock already, as it is."""
         if self.held:
             yield
@@ -192,7 +193,7 @@ class DeviceLock:
             fcntl.flock(self._fd("rw"), fcntl.LOCK_UN)
 
     def clearing(self, seconds: float) -> None:
-        """Within `freeing` (or a hold): memory this process freed is cleared for `seconds` from now, which no
+        """Within `briefly` (or a hold): memory this process freed is cleared for `seconds` from now, which no
         timing may overlap (see FREED_CLEARING_BYTES_PER_S)."""
         fd, until = self._fd("clearing"), time.monotonic() + seconds
         fcntl.flock(fd, fcntl.LOCK_EX)  # freeing processes may write at once: the later deadline stays

@@ -52,8 +52,8 @@ def _timed_ms(fn, inputs: list, cuda: bool) -> float:
         for _ in range(WARMUP):
             fn(*inputs)
         torch.cuda.synchronize()
-    (prof,) = profile_forwards([(fn, "timing")], inputs, ITERS, contextlib.nullcontext(), PhaseClock())
-    return device_ms(prof, ITERS)
+    prof = profile_forwards([(fn, "timing")], inputs, ITERS, contextlib.nullcontext(), PhaseClock())
+    return device_ms(prof.events(), ITERS)
 
 
 def reference_case(task_source: str, seed: int, device: str, measure: bool) -> tuple[dict, dict]:

@@ -69,43 +69,95 @@ class PhaseClock:
             lock.__exit__(None, None, None)
 
 
-def profile_forwards(runs: list[tuple], inputs: list, iters: int, hold, clock: PhaseClock, activities=None) -> list:
-    """One profile per (fn, phase) of `runs`: `iters` forwards of `fn` under torch.profiler (CUDA activity by
-    default), the device work of the paper's measure, timed as `phase`. All of them run inside one `hold` (the
-    GPU's lock, exclusive: another process's kernels would slow these), so the hold covers the forwards alone:
-    the first profiler starts before the lock is taken and the last collects its trace after it is let go;
-    between runs one stops and the next starts inside the hold. A profiler records this process's work only."""
-    from torch.profiler import ProfilerActivity, profile
+def profile_forwards(runs: list[tuple], inputs: list, iters: int, hold, clock: PhaseClock, activities=None,
+                     warm_hold=contextlib.nullcontext):  # fmt: skip
+    """The profile of `runs`, each (fn, phase) of them `iters` forwards of `fn` under torch.profiler (CUDA
+    activity by default), the device work of the paper's measure, timed as `phase`. All of them run inside one
+    `hold` (the GPU's lock, exclusive: another process's kernels would slow these), so the hold covers the
+    forwards alone: the profiler starts before the lock is taken and collects its trace after it is let go. A
+    profiler records this process's work only.
+
+    The profiler's first launch waits for its own set-up: on one H100 a run's forwards took 0.7-2.3 ms longer
+    than their device time where the profiler had just started, 0.1-0.2 ms after it had launched one kernel, and
+    stopping one profiler and starting the next took 1.2-2.8 ms: all of it inside the hold, the GPU idle. So the
+    profile's first step, which its schedule drops, launches one kernel (`separate`) within `warm_hold()` (a
+    moment's hold that no timing runs beside, see DeviceLock.briefly), and the runs share the one recorded
+    step, `separate` launched between them: its kernel splits their events (`split_runs`)."""
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = activities or [ProfilerActivity.CUDA]
-    profiles = []
+    prof = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=1))
     with torch.no_grad(), clock("profiler"):
-        current = profile(activities=activities)
-        current.__enter__()
+        prof.__enter__()
         try:
+            with warm_hold():
+                separate()
+            prof.step()
             with hold:
                 for k, (fn, phase) in enumerate(runs):
-                    if k:
-                        current.__exit__(None, None, None)
-                        profiles.append(current)
-                        current = profile(activities=activities)
-                        current.__enter__()
                     with clock(phase):
+                        if k:
+                            separate()
                         for _ in range(iters):
                             fn(*inputs)
                         if torch.cuda.is_available():
                             torch.cuda.synchronize()
         finally:
-            current.__exit__(None, None, None)
-    return [*profiles, current]
+            prof.__exit__(None, None, None)
+    return prof
 
 
-def device_ms(prof, iters: int) -> float:
-    """The paper's measure: summed device time of the CUDA work of one forward (CPU launch overhead excluded),
-    averaged over the profiled forwards."""
+SEPARATOR = "opsynth::separator"  # the host-side range `separate` opens (recorded where the CPU activity is)
+SEPARATOR_KERNEL = "spin_kernel"  # in the name of the kernel `torch.cuda._sleep` launches
+
+
+def separate() -> None:
+    """The mark between two runs of a profile, finished before it returns: a one-cycle kernel (`torch.cuda._sleep`)
+    where CUDA is, within a host-side range named SEPARATOR."""
+    with torch.profiler.record_function(SEPARATOR):
+        if torch.cuda.is_available():
+            torch.cuda._sleep(1)
+            torch.cuda.synchronize()
+
+
+def split_runs(events: list, runs: int) -> list[list] | None:
+    """`events` (a profile's) split into `runs` runs at the marks `separate` left: its kernels where there are
+    device events, else its host-side ranges; each mark must lie between two runs, every event wholly before or
+    after it. None where the marks are not `runs` - 1 such (task code launched the kernel too)."""
     from torch.autograd import DeviceType
 
-    device_us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA)
+    device = [e for e in events if e.device_type == DeviceType.CUDA]
+    if runs == 1:
+        return [device or events]  # no mark: a kernel of that name is the task's own
+    if device:
+        marks = [e for e in device if SEPARATOR_KERNEL in e.name]
+        rest = [e for e in device if SEPARATOR_KERNEL not in e.name]
+    else:
+        marks = [e for e in events if e.name == SEPARATOR]
+        steps = [e for e in events if e.name.startswith("ProfilerStep")]  # the schedule's, around every run
+        rest = [e for e in events if e.name != SEPARATOR and e not in steps and not _within(e, marks)]
+    if len(marks) != runs - 1:
+        return None
+    bounds = [(m.time_range.start, m.time_range.end) for m in sorted(marks, key=lambda m: m.time_range.start)]
+    split: list[list] = [[] for _ in range(runs)]
+    for e in rest:
+        k = sum(e.time_range.start >= end for _, end in bounds)
+        if k < len(bounds) and e.time_range.end > bounds[k][0]:
+            return None  # across a mark
+        split[k].append(e)
+    return split
+
+
+def _within(event, marks: list) -> bool:
+    return any(m.time_range.start <= event.time_range.start and event.time_range.end <= m.time_range.end for m in marks)
+
+
+def device_ms(events: list, iters: int) -> float:
+    """The paper's measure: summed device time of the CUDA work of one forward (CPU launch overhead excluded),
+    averaged over the profiled forwards whose `events` these are."""
+    from torch.autograd import DeviceType
+
+    device_us = sum(e.time_range.elapsed_us() for e in events if e.device_type == DeviceType.CUDA)
     return device_us / 1e3 / iters
 
 
@@ -152,10 +204,19 @@ def timed_forward(model, inputs: list, cuda: bool) -> tuple[Any, float]:
 
 def profiled_ms(runs: list[tuple], inputs: list, iters: int, device_lock, clock: PhaseClock) -> list[float]:
     """The paper's measure of each (fn, phase) of `runs`: `iters` profiled forwards, all in one hold of the GPU
-    alone."""
-    profiles = profile_forwards(runs, inputs, iters, clock.holding(device_lock), clock)
-    with clock("profile_parse"):
-        return [device_ms(prof, iters) for prof in profiles]
+    alone; where their profile cannot be split (see `profile_forwards`), each run in a hold of its own."""
+    from opsynth.filters.device_holds import briefly
+
+    def profiled(some: list[tuple]) -> list[list] | None:
+        prof = profile_forwards(some, inputs, iters, clock.holding(device_lock), clock,
+                                warm_hold=lambda: briefly(device_lock))  # fmt: skip
+        with clock("profile_parse"):
+            return split_runs(list(prof.events()), len(some))
+
+    split = profiled(runs)
+    if split is None:
+        split = [profiled([run])[0] for run in runs]
+    return [device_ms(events, iters) for events in split]
 
 
 def counting_failures(timer, failures, measurements: dict[str, Any]):

@@ -467,9 +467,9 @@ def test_a_timing_waits_until_the_memory_freed_before_it_is_cleared_and_no_longe
     monkeypatch.setattr(dl, "time", clock)
     path = str(tmp_path / "gpu0")
     freeing, other, timing = dl.DeviceLock(path, slots=3), dl.DeviceLock(path, slots=3), dl.DeviceLock(path, 3, 0)
-    with freeing.freeing():
+    with freeing.briefly():
         freeing.clearing(0.05)
-    with other.freeing():
+    with other.briefly():
         other.clearing(0.01)  # an earlier end than one already said: the later stays
     clock.now += 0.02
     with timing:
@@ -477,12 +477,12 @@ def test_a_timing_waits_until_the_memory_freed_before_it_is_cleared_and_no_longe
     assert clock.slept == [pytest.approx(0.03)]
     with timing:  # cleared by now: no wait
         pass
-    with freeing, freeing.freeing():  # within a hold of its own, as it is
+    with freeing, freeing.briefly():  # within a hold of its own, as it is
         freeing.clearing(0.01)
     with timing:
         pass
     assert clock.slept[1:] == [pytest.approx(0.01)]
-    with freeing.freeing():
+    with freeing.briefly():
         freeing.clearing(1e9)  # as task code could write it
     with timing:
         pass

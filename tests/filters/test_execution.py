@@ -443,13 +443,13 @@ def test_a_saturated_output_is_indistinguishable_whatever_the_seed():
 
 
 def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
-    """Timings taken together share one hold of the lock: a profiler per run, started before the lock is taken
-    and stopped after it is let go, the profiler switched inside the hold between the runs."""
+    """Timings taken together share one hold of the lock and one profile, recording before the lock is taken and
+    stopped after it is let go; the mark between the runs splits their events."""
 
     from torch._C._autograd import _profiler_enabled
     from torch.profiler import ProfilerActivity
 
-    from opsynth.filters.timing import PhaseClock, profile_forwards
+    from opsynth.filters.timing import PhaseClock, profile_forwards, split_runs
 
     seen = []
 
@@ -459,20 +459,76 @@ def test_the_profiler_starts_before_the_device_lock_and_collects_after_it():
         yield
         seen.append(("exit", _profiler_enabled()))
 
+    @contextlib.contextmanager
+    def warm_hold():
+        seen.append(("warm-up", _profiler_enabled()))  # the profile's first step, which it drops
+        yield
+
     clock = PhaseClock()
     calls = []
     runs = [(lambda x: calls.append(torch.relu(x)), "eager_timing"),
             (lambda x: calls.append(torch.tanh(x)), "compiled_timing")]  # fmt: skip
-    first, second = profile_forwards(runs, [torch.randn(8)], 3, clock.holding(hold()), clock,
-                             activities=[ProfilerActivity.CPU])  # fmt: skip
+    prof = profile_forwards(runs, [torch.randn(8)], 3, clock.holding(hold()), clock,
+                            activities=[ProfilerActivity.CPU], warm_hold=warm_hold)  # fmt: skip
     assert len(calls) == 6
-    assert seen == [("entry", True), ("exit", True)]  # one hold, the traces going on across its ends
+    assert seen == [("warm-up", False), ("entry", True), ("exit", True)]  # one hold, recording across its ends
     assert not _profiler_enabled()
-    names = [{e.name for e in prof.events()} for prof in (first, second)]
+    first, second = split_runs(list(prof.events()), 2)
+    names = [{e.name for e in run} for run in (first, second)]
     assert any("relu" in n for n in names[0]) and not any("tanh" in n for n in names[0])
     assert any("tanh" in n for n in names[1]) and not any("relu" in n for n in names[1])
     assert set(clock.seconds) == {"eager_timing", "compiled_timing", "profiler", "lock_wait"}
     assert all(s >= 0 for s in clock.seconds.values())
+
+
+def test_a_profile_whose_task_made_the_runs_mark_too_is_not_split():
+    """Task code that opens the mark's range (or launches its kernel) leaves more marks than runs less one:
+    the split is refused (the timing then takes each run in a hold of its own), never guessed."""
+    from torch.profiler import ProfilerActivity
+
+    from opsynth.filters.timing import SEPARATOR, PhaseClock, profile_forwards, split_runs
+
+    def marking(x):
+        with torch.profiler.record_function(SEPARATOR):
+            return torch.relu(x)
+
+    runs = [(marking, "eager_timing"), (torch.tanh, "compiled_timing")]
+    prof = profile_forwards(runs, [torch.randn(8)], 2, contextlib.nullcontext(), PhaseClock(),
+                            activities=[ProfilerActivity.CPU])  # fmt: skip
+    assert split_runs(list(prof.events()), 2) is None
+    (alone,) = split_runs(list(prof.events()), 1)  # one run: a mark of its own is its work
+    assert any(e.name == SEPARATOR for e in alone)
+
+
+@pytest.mark.gpu
+def test_one_profile_of_two_runs_times_each_as_its_own_profile_does():
+    """CUDA: the eager and compiled runs of one hold, split at the mark's kernel, sum the device time each would
+    alone; a run that launches the mark's kernel itself makes the timing fall back to a hold per run."""
+    from opsynth.filters.timing import PhaseClock, device_ms, profile_forwards, profiled_ms, split_runs
+
+    x = torch.randn(1 << 24, device="cuda")
+    light, heavy = (lambda t: torch.sin(t)), (lambda t: torch.cos(torch.exp(torch.sin(t))))
+    for fn in (light, heavy):
+        fn(x)
+    torch.cuda.synchronize()
+    alone = [device_ms(profile_forwards([(fn, "t")], [x], 5, contextlib.nullcontext(), PhaseClock()).events(), 5)
+             for fn in (light, heavy)]  # fmt: skip
+    prof = profile_forwards([(light, "eager_timing"), (heavy, "compiled_timing")], [x], 5,
+                            contextlib.nullcontext(), PhaseClock())  # fmt: skip
+    first, second = split_runs(list(prof.events()), 2)
+    assert len(second) == 3 * len(first)  # one kernel a forward against three
+    together = profiled_ms([(light, "eager_timing"), (heavy, "compiled_timing")], [x], 5, None, PhaseClock())
+    assert [round(t / a, 1) for t, a in zip(together, alone, strict=True)] == [1.0, 1.0]
+
+    def sleeper(t):
+        torch.cuda._sleep(1)
+        return torch.sin(t)
+
+    prof = profile_forwards([(sleeper, "eager_timing"), (heavy, "compiled_timing")], [x], 5,
+                            contextlib.nullcontext(), PhaseClock())  # fmt: skip
+    assert split_runs(list(prof.events()), 2) is None
+    fallback = profiled_ms([(sleeper, "eager_timing"), (heavy, "compiled_timing")], [x], 5, None, PhaseClock())
+    assert round(fallback[1] / alone[1], 1) == 1.0 and fallback[0] > 0
 
 
 def test_nested_phases_count_once():
