@@ -517,7 +517,8 @@ def test_one_profile_of_two_runs_times_each_as_its_own_profile_does():
                             contextlib.nullcontext(), PhaseClock())  # fmt: skip
     first, second = split_runs(list(prof.events()), 2)
     assert len(second) == 3 * len(first)  # one kernel a forward against three
-    together = profiled_ms([(light, "eager_timing"), (heavy, "compiled_timing")], [x], 5, None, PhaseClock())
+    free = contextlib.nullcontext()
+    together = profiled_ms([(light, "eager_timing"), (heavy, "compiled_timing")], [x], 5, free, PhaseClock())
     assert [round(t / a, 1) for t, a in zip(together, alone, strict=True)] == [1.0, 1.0]
 
     def sleeper(t):
@@ -527,7 +528,7 @@ def test_one_profile_of_two_runs_times_each_as_its_own_profile_does():
     prof = profile_forwards([(sleeper, "eager_timing"), (heavy, "compiled_timing")], [x], 5,
                             contextlib.nullcontext(), PhaseClock())  # fmt: skip
     assert split_runs(list(prof.events()), 2) is None
-    fallback = profiled_ms([(sleeper, "eager_timing"), (heavy, "compiled_timing")], [x], 5, None, PhaseClock())
+    fallback = profiled_ms([(sleeper, "eager_timing"), (heavy, "compiled_timing")], [x], 5, free, PhaseClock())
     assert round(fallback[1] / alone[1], 1) == 1.0 and fallback[0] > 0
 
 
