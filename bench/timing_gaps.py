@@ -65,6 +65,22 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
 
     from opsynth.filters.timing import PhaseClock, device_ms, profile_forwards, split_runs, timed_iters
 
+    def after(warm, args, fn, inputs, iters: int, steps: bool = False) -> tuple[float, list]:
+        """(the wall ms of `iters` forwards of `fn`, the profile's events) under a profiler that first ran
+        `warm(*args)`, finished; with `steps`, a warm-up step of the profiler's schedule (its events dropped)."""
+        options = {"schedule": schedule(wait=0, warmup=1, active=1, repeat=1)} if steps else {}
+        with profile(activities=[ProfilerActivity.CUDA], **options) as prof:
+            warm(*args)
+            torch.cuda.synchronize()
+            if steps:
+                prof.step()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn(*inputs)
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - t0) * 1e3
+        return wall, list(prof.events())
+
     context = multiprocessing.get_context("spawn")
     here, there = context.Pipe()
     other = context.Process(target=_other_process, args=(there,), daemon=True)
@@ -99,44 +115,21 @@ def measure(reps: int) -> dict[str, dict[str, float]]:
                     ms = device_ms(prof.events(), iters) * iters
                     device.append(ms)
                     gaps[variant].append(clock.seconds["t"] * 1e3 - ms)
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    fn(*inputs)
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    for _ in range(iters):
-                        fn(*inputs)
-                    torch.cuda.synchronize()
-                    wall = (time.perf_counter() - t0) * 1e3
-                gaps["after a forward"].append(wall - device_ms(prof.events(), iters + 1) * iters)
+                wall, events = after(fn, inputs, fn, inputs, iters)
+                gaps["after a forward"].append(wall - device_ms(events, iters + 1) * iters)
                 clock = PhaseClock()
                 prof = profile_forwards([(fn, "a"), (fn, "b")], inputs, iters, contextlib.nullcontext(), clock)
                 first, second = split_runs(list(prof.events()), 2)
                 gaps["a run times, two runs: the second"].append(clock.seconds["b"] * 1e3 - device_ms(second, 1))
                 split.append(device_ms(second, 1) / device_ms(first, 1))
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    tiny.add_(1)
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    for _ in range(iters):
-                        fn(*inputs)
-                    torch.cuda.synchronize()
-                    wall = (time.perf_counter() - t0) * 1e3
-                gaps["after a tiny kernel"].append(wall - device_ms(prof.events(), iters) * iters)
+                wall, events = after(tiny.add_, [1], fn, inputs, iters)
+                gaps["after a tiny kernel"].append(wall - device_ms(events, iters) * iters)
                 for variant, warm, args in (
                     ("scheduled, warm-up forward", fn, inputs),
                     ("scheduled, warm-up tiny kernel", tiny.add_, [1]),
                 ):
-                    steps = schedule(wait=0, warmup=1, active=1, repeat=1)
-                    with profile(activities=[ProfilerActivity.CUDA], schedule=steps) as prof:
-                        warm(*args)
-                        torch.cuda.synchronize()
-                        prof.step()
-                        t0 = time.perf_counter()
-                        for _ in range(iters):
-                            fn(*inputs)
-                        torch.cuda.synchronize()
-                        wall = (time.perf_counter() - t0) * 1e3
-                    ms = device_ms(prof.events(), iters) * iters
+                    wall, events = after(warm, args, fn, inputs, iters, steps=True)
+                    ms = device_ms(events, iters) * iters
                     gaps[variant].append(wall - ms)
                     scheduled.append(ms / device[-1])
                 t0 = time.perf_counter()
