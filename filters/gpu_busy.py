@@ -50,7 +50,8 @@ class GpuBusyMonitor:
         # per sample where states are given: (time, per GPU the share of the sample's period its lock spent in each
         # of LOCK_STATES, and the same over its last RECENT_S)
         self.lock_samples: list[tuple[float, list[dict], list[dict]]] = []
-        self._ticks: deque = deque()  # (time, per GPU its lock's state) read since the last sample
+        # (time, per GPU its lock's state) read since the last sample; bounded where samples fail to be taken
+        self._ticks: deque = deque(maxlen=max(16, int(4 * period_s / LOCK_PERIOD_S)))
         self.unavailable: str | None = None
         self.devices = self._devices()
         self._stop = threading.Event()
