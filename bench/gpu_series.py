@@ -57,12 +57,15 @@ COMPILING_SHARE = 0.7
 
 
 def idle_cause(states: dict[str, float]) -> str:
-    """Why a GPU idled at a sample, from its workers' states: the rounds' change or the run's end; timings waiting
-    for a task's first forward (a library's first use in its process, mostly), for tasks in other steps, or with
-    no task sharing the GPU; most workers compiling; or other."""
+    """Why a GPU idled at a sample, from its workers' states: the rounds' change or the run's end; a timing that
+    has the GPU waiting for freed memory's clearing; timings waiting for a task's first forward (a library's first
+    use in its process, mostly), for tasks in other steps, or with no task sharing the GPU; most workers
+    compiling; or other."""
     workers = sum(states.values()) or 1
     if (states.get("no_task", 0) + states.get("handing_back", 0)) / workers >= UNOCCUPIED_SHARE:
         return "between rounds or at the end"
+    if states.get("waiting_for_clearing", 0):
+        return "a timing waits for freed memory's clearing"
     if states.get("waiting_to_time", 0):
         if states.get("sharing:first_forward", 0):
             return "timings wait for a first forward"

@@ -25,11 +25,12 @@ FREED_CLEARING_BYTES_PER_S = 150e9
 CLEARING_WAIT_MAX_S = 1.0
 # A worker's watch: what its DeviceLock reports, in a shared array the pool reads: since when it holds the GPU and
 # since when it waits for it (monotonic clock seconds, 0 where it does not), the seconds it waited in all; how it
-# holds and how it waits (SHARING or ALONE, 0 where it does not), and the phase its task is in (its index in the
-# pool's list of phases, plus one; 0 for none), for the pool to tell where the workers are while the GPU idles.
+# holds and how it waits (SHARING or ALONE, 0 where it does not; CLEARING while a timing that has the GPU waits for
+# freed memory's clearing), and the phase its task is in (its index in the pool's list of phases, plus one; 0 for
+# none), for the pool to tell where the workers are while the GPU idles.
 HOLD_SINCE, WAIT_SINCE, WAITED_S, HOLD_MODE, WAIT_MODE, PHASE = range(6)
 WATCH_FIELDS = 6
-SHARING, ALONE = 1.0, 2.0  # a shared hold (the checks' device work) and an exclusive one (a timing)
+SHARING, ALONE, CLEARING = 1.0, 2.0, 3.0  # a shared hold (the checks' device work), an exclusive one (a timing)
 
 
 class DeviceLock:
@@ -207,6 +208,8 @@ class DeviceLock:
         """Holding the GPU alone: wait until the memory its earlier holders freed is cleared."""
         wait = self._clearing_deadline()[0] - time.monotonic()
         if wait > 0:
+            if self._watch is not None:
+                self._watch[WAIT_MODE] = CLEARING  # the GPU idles meanwhile: told apart from the wait for the lock
             time.sleep(min(wait, CLEARING_WAIT_MAX_S))
 
     def _clearing_deadline(self):

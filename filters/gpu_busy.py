@@ -16,12 +16,23 @@ from collections.abc import Callable, Mapping
 SAMPLE_PERIOD_S = 0.5  # NVML's own sample period is 1/6 s to 1 s
 LOCK_PERIOD_S = 0.02  # how often the lock's state is read between two samples, where the workers' states are given
 RECENT_S = 1 / 6  # NVML's shortest sample period: each sample also carries the lock's shares of this last span
-LOCK_STATES = ("timing", "draining", "timing_waits", "shared_1", "shared_2", "shared_3+", "waiting_to_share", "free")
+LOCK_STATES = (
+    "timing",
+    "clearing",
+    "draining",
+    "timing_waits",
+    "shared_1",
+    "shared_2",
+    "shared_3+",
+    "waiting_to_share",
+    "free",
+)
 
 
 def lock_state(states: Mapping[str, int]) -> str:
     """What a GPU's lock was doing, from the number of its workers in each state (filters.worker_handle's
-    `worker_state`): `timing` (a task holds it alone); `draining` (a timing waits for the tasks that share it
+    `worker_state`): `timing` (a task holds it alone); `clearing` (a timing has it and waits for memory freed
+    before it to be cleared, see DeviceLock.clearing); `draining` (a timing waits for the tasks that share it
     to reach a pause); `timing_waits` (a timing waits with none sharing: gathering others, a freed memory's
     clearing, its turn after another timing); `shared_K` (K tasks share it, no timing waiting); `waiting_to_share`
     (none holds it, a task waits to); `free`."""
@@ -29,6 +40,8 @@ def lock_state(states: Mapping[str, int]) -> str:
     sharing = sum(n for state, n in states.items() if state.startswith("sharing:"))
     if "alone" in held:
         return "timing"
+    if states.get("waiting_for_clearing", 0):
+        return "clearing"
     if states.get("waiting_to_time", 0):
         return "draining" if sharing else "timing_waits"
     if sharing:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from opsynth.filters.containment import PidsCgroup, python_path, task_environment
-from opsynth.filters.device_lock import ALONE, HOLD_MODE, PHASE, WAIT_MODE, clear_watch, open_watch
+from opsynth.filters.device_lock import ALONE, CLEARING, HOLD_MODE, PHASE, WAIT_MODE, clear_watch, open_watch
 from opsynth.filters.execution import REPORTED_PHASES
 from opsynth.filters.process_time import cpu_seconds
 from opsynth.filters.worker_process import EXECUTE, Cage, WorkerSetup
@@ -222,7 +222,8 @@ def shut_down(workers: list[WorkerHandle], root: str) -> None:
 
 def worker_state(w: WorkerHandle) -> str:
     """Where a worker is: `starting`, `no_task`, waiting for its GPU (`waiting_to_share`, `waiting_to_time`:
-    a timing or other exclusive hold), holding it (`sharing:PHASE`, `alone:PHASE`) or in a phase of its task
+    a timing or other exclusive hold; `waiting_for_clearing`: a timing that has it, waiting for memory freed
+    before it to be cleared), holding it (`sharing:PHASE`, `alone:PHASE`) or in a phase of its task
     without it (`PHASE`, such as `compile`; `task` between phases; `handing_back`: its verdict sent, not yet
     taken). Its watch is written by a process that runs task code: a value it could not have written reads as
     `task`."""
@@ -234,7 +235,8 @@ def worker_state(w: WorkerHandle) -> str:
     code = watch[PHASE]
     phase = REPORTED_PHASES[int(code) - 1] if code in range(1, len(REPORTED_PHASES) + 1) else "task"
     if watch[WAIT_MODE]:
-        return "waiting_to_time" if watch[WAIT_MODE] == ALONE else "waiting_to_share"
+        waits = {ALONE: "waiting_to_time", CLEARING: "waiting_for_clearing"}
+        return waits.get(watch[WAIT_MODE], "waiting_to_share")
     if watch[HOLD_MODE]:
         return f"{'alone' if watch[HOLD_MODE] == ALONE else 'sharing'}:{phase}"
     return phase

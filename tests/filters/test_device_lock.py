@@ -519,3 +519,22 @@ def test_cached_memory_is_given_back_while_no_timing_runs_and_its_clearing_is_wa
     none = Cuda()
     give_back_cached(None, none)  # no lock (a CPU run's): freed all the same
     assert none.reserved == 1e9
+
+
+def test_a_timing_waiting_for_freed_memorys_clearing_says_so_in_its_watch(tmp_path, monkeypatch):
+    """The GPU idles while a timing that has it sleeps out a clearing: its watch tells that wait from one for the
+    lock (the pool's sample reads `waiting_for_clearing`), and from holding once it is over."""
+    from opsynth.filters import device_lock as dl
+
+    path = str(tmp_path / "gpu0")
+    freeing = dl.DeviceLock(path, slots=3)
+    with freeing.briefly():
+        freeing.clearing(0.5)
+    watch = [0.0] * dl.WATCH_FIELDS
+    timing = dl.DeviceLock(path, slots=3, gather_s=0)
+    timing.watch(watch)
+    seen = []
+    monkeypatch.setattr(dl.time, "sleep", lambda s: seen.append((watch[dl.WAIT_MODE], watch[dl.HOLD_MODE], s > 0)))
+    with timing:
+        assert watch[dl.WAIT_MODE] == 0 and watch[dl.HOLD_MODE] == dl.ALONE
+    assert seen == [(dl.CLEARING, 0.0, True)]

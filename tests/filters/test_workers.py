@@ -369,7 +369,7 @@ def test_a_closing_pool_kills_its_busy_workers_at_once_and_gives_the_idle_ones_o
 def test_a_worker_s_state_is_read_from_its_watch_and_a_value_it_could_not_write_reads_as_its_task():
     from types import SimpleNamespace
 
-    from opsynth.filters.device_lock import ALONE, HOLD_MODE, PHASE, SHARING, WAIT_MODE, WATCH_FIELDS
+    from opsynth.filters.device_lock import ALONE, CLEARING, HOLD_MODE, PHASE, SHARING, WAIT_MODE, WATCH_FIELDS
     from opsynth.filters.execution import PHASES
     from opsynth.filters.worker_handle import worker_state
 
@@ -388,6 +388,7 @@ def test_a_worker_s_state_is_read_from_its_watch_and_a_value_it_could_not_write_
     assert worker_state(worker(phase=first_forward, hold=ALONE)) == "alone:first_forward"
     assert worker_state(worker(wait=ALONE, phase=compile_code)) == "waiting_to_time"
     assert worker_state(worker(wait=SHARING)) == "waiting_to_share"
+    assert worker_state(worker(wait=CLEARING, phase=compile_code)) == "waiting_for_clearing"
     assert worker_state(worker()) == "task"
     assert worker_state(worker(phase=1e9)) == worker_state(worker(phase=2.5)) == "task"
 

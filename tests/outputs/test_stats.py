@@ -97,6 +97,7 @@ def test_a_gpus_lock_state_is_read_from_where_its_workers_are():
     from opsynth.filters.gpu_busy import lock_state
 
     assert lock_state({"alone:eager_timing": 1, "waiting_to_time": 2, "compile": 5}) == "timing"
+    assert lock_state({"waiting_for_clearing": 1, "waiting_to_time": 1, "compile": 5}) == "clearing"
     assert lock_state({"waiting_to_time": 1, "sharing:eager_checks": 2}) == "draining"
     assert lock_state({"waiting_to_time": 1, "waiting_to_share": 3, "compile": 2}) == "timing_waits"
     assert lock_state({"sharing:first_forward": 1, "sharing:eager_checks": 1, "waiting_to_share": 1}) == "shared_2"
