@@ -134,8 +134,9 @@ def split_runs(events: list, runs: int) -> list[list] | None:
         rest = [e for e in device if SEPARATOR_KERNEL not in e.name]
     else:
         marks = [e for e in events if e.name == SEPARATOR]
-        steps = [e for e in events if e.name.startswith("ProfilerStep")]  # the schedule's, around every run
-        rest = [e for e in events if e.name != SEPARATOR and e not in steps and not _within(e, marks)]
+        # neither a mark, nor inside one, nor the schedule's step range (around every run)
+        rest = [e for e in events
+                if e.name != SEPARATOR and not e.name.startswith("ProfilerStep") and not _within(e, marks)]  # fmt: skip
     if len(marks) != runs - 1:
         return None
     bounds = [(m.time_range.start, m.time_range.end) for m in sorted(marks, key=lambda m: m.time_range.start)]
