@@ -51,7 +51,8 @@ class DeviceLock:
 
     Memory a worker gives back to the driver is cleared after the free (see FREED_CLEARING_BYTES_PER_S): the
     free runs while no timing does (`briefly`), says for how long its memory is being cleared (`clearing`), and
-    a timing that enters before then waits that long first.
+    a timing that enters before then sleeps that out first: before it drains the sharers, which go on meanwhile
+    (where no drain is on), and, for memory freed while it waited, once it holds the GPU.
 
     That wait is the cost of a drain: the GPU runs only the steps the sharers are finishing, often host work (a
     first forward's set-up), while every other task waits. So a timing that finds tasks sharing the GPU first
@@ -112,6 +113,10 @@ class DeviceLock:
             self._watch[WAIT_SINCE] = time.monotonic()
             self._watch[WAIT_MODE] = mode
 
+    def _wait_mode(self, mode: float) -> None:
+        if self._watch is not None:
+            self._watch[WAIT_MODE] = mode
+
     def _holding(self, mode: float) -> None:
         self.held = True
         if self._watch is not None:
@@ -138,11 +143,18 @@ class DeviceLock:
 
     def __enter__(self) -> DeviceLock:
         self._waiting(ALONE)
+        most = CLEARING_WAIT_MAX_S  # the clearing waits' sum, however long the clearings are said to be
         if self.slots > 1 and not self._alone:
             self._gather()
+            if not self.timing_waits():
+                # No drain is on: the clearing of memory freed before now is slept out while the sharers go on
+                # (and new ones enter), not once they are drained, the GPU then idle. A drain that is on is joined
+                # at once: the timings ahead in it outlast most clearings.
+                most -= self._await_clearing(most)
+                self._wait_mode(ALONE)
         fcntl.flock(self._fd("pending"), fcntl.LOCK_SH)  # from now on, no new shared holder enters
         fcntl.flock(self._fd("rw"), fcntl.LOCK_EX)
-        self._await_clearing()
+        self._await_clearing(most)  # what was freed since: no one frees while a timing holds the GPU
         self._holding(ALONE)
         return self
 
@@ -204,13 +216,15 @@ class DeviceLock:
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
-    def _await_clearing(self) -> None:
-        """Holding the GPU alone: wait until the memory its earlier holders freed is cleared."""
-        wait = self._clearing_deadline()[0] - time.monotonic()
-        if wait > 0:
-            if self._watch is not None:
-                self._watch[WAIT_MODE] = CLEARING  # the GPU idles meanwhile: told apart from the wait for the lock
-            time.sleep(min(wait, CLEARING_WAIT_MAX_S))
+    def _await_clearing(self, most: float) -> float:
+        """Wait until the memory freed so far is cleared, `most` seconds at most: holding the GPU alone, or before
+        a timing drains the sharers (see `__enter__`). Returns the seconds waited."""
+        wait = min(self._clearing_deadline()[0] - time.monotonic(), most)
+        if wait <= 0:
+            return 0.0
+        self._wait_mode(CLEARING)  # told apart from the wait for the lock
+        time.sleep(wait)
+        return wait
 
     def _clearing_deadline(self):
         if self._clearing is None:

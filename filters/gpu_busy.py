@@ -31,11 +31,11 @@ LOCK_STATES = (
 
 def lock_state(states: Mapping[str, int]) -> str:
     """What a GPU's lock was doing, from the number of its workers in each state (filters.worker_handle's
-    `worker_state`): `timing` (a task holds it alone); `clearing` (a timing has it and waits for memory freed
-    before it to be cleared, see DeviceLock.clearing); `draining` (a timing waits for the tasks that share it
-    to reach a pause); `timing_waits` (a timing waits with none sharing: gathering others, its turn after
-    another timing); `shared_K` (K tasks share it, no timing waiting); `waiting_to_share`
-    (none holds it, a task waits to); `free`."""
+    `worker_state`): `timing` (a task holds it alone); `clearing` (a timing waits for memory freed before it to
+    be cleared, see DeviceLock.clearing: holding the GPU, or before it drains the tasks sharing it); `draining`
+    (a timing waits for the tasks that share it to reach a pause); `timing_waits` (a timing waits with none
+    sharing: gathering others, its turn after another timing); `shared_K` (K tasks share it, no timing
+    waiting); `waiting_to_share` (none holds it, a task waits to); `free`."""
     held = {state.partition(":")[0] for state, n in states.items() if n and ":" in state}
     sharing = sum(n for state, n in states.items() if state.startswith("sharing:"))
     if "alone" in held:

@@ -222,8 +222,8 @@ def shut_down(workers: list[WorkerHandle], root: str) -> None:
 
 def worker_state(w: WorkerHandle) -> str:
     """Where a worker is: `starting`, `no_task`, waiting for its GPU (`waiting_to_share`, `waiting_to_time`:
-    a timing or other exclusive hold; `waiting_for_clearing`: a timing that has it, waiting for memory freed
-    before it to be cleared), holding it (`sharing:PHASE`, `alone:PHASE`) or in a phase of its task
+    a timing or other exclusive hold; `waiting_for_clearing`: a timing waiting for memory freed before it to
+    be cleared, holding it or not yet), holding it (`sharing:PHASE`, `alone:PHASE`) or in a phase of its task
     without it (`PHASE`, such as `compile`; `task` between phases; `handing_back`: its verdict sent, not yet
     taken). Its watch is written by a process that runs task code: a value it could not have written reads as
     `task`."""

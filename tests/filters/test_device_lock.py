@@ -526,15 +526,63 @@ def test_a_timing_waiting_for_freed_memorys_clearing_says_so_in_its_watch(tmp_pa
     lock (the pool's sample reads `waiting_for_clearing`), and from holding once it is over."""
     from opsynth.filters import device_lock as dl
 
+    clock = _Clock()
+    monkeypatch.setattr(dl, "time", clock)
     path = str(tmp_path / "gpu0")
     freeing = dl.DeviceLock(path, slots=3)
     with freeing.briefly():
         freeing.clearing(0.5)
     watch = [0.0] * dl.WATCH_FIELDS
-    timing = dl.DeviceLock(path, slots=3, gather_s=0)
+    timing = dl.DeviceLock(path, slots=1)  # no sharers to sleep it out beside: it does so holding the GPU
     timing.watch(watch)
     seen = []
-    monkeypatch.setattr(dl.time, "sleep", lambda s: seen.append((watch[dl.WAIT_MODE], watch[dl.HOLD_MODE], s > 0)))
+    sleep = clock.sleep
+    monkeypatch.setattr(clock, "sleep", lambda s: (seen.append((watch[dl.WAIT_MODE], watch[dl.HOLD_MODE])), sleep(s)))
     with timing:
         assert watch[dl.WAIT_MODE] == 0 and watch[dl.HOLD_MODE] == dl.ALONE
-    assert seen == [(dl.CLEARING, 0.0, True)]
+    assert seen == [(dl.CLEARING, 0.0)] and watch[dl.WAITED_S] == 0.5
+
+
+def test_a_timing_sleeps_out_a_clearing_while_the_sharers_go_on_and_what_its_drain_saw_freed_holding_the_gpu(
+    tmp_path, monkeypatch
+):
+    """Where no drain is on, a timing sleeps out the clearing of memory freed before it without draining the
+    sharers: they go on, and new ones enter, the GPU busy meanwhile. Memory freed after that is cleared while it
+    holds the GPU, before its work."""
+    import contextlib
+
+    import pytest
+
+    from opsynth.filters import device_lock as dl
+
+    clock = _Clock()
+    monkeypatch.setattr(dl, "time", clock)
+    path = str(tmp_path / "gpu0")
+    freeing, sharer, newcomer = (dl.DeviceLock(path, slots=3) for _ in range(3))
+    with freeing.briefly():
+        freeing.clearing(0.05)
+    timing = dl.DeviceLock(path, slots=3, gather_s=0)
+    watch = [0.0] * dl.WATCH_FIELDS
+    timing.watch(watch)
+    seen = []
+    sleep = clock.sleep
+
+    def sleeping(seconds):
+        if not seen:  # the sleep before the drain
+            seen.append((watch[dl.WAIT_MODE], dl.DeviceLock(path, 3).timing_waits()))
+            with newcomer.shared():
+                seen.append(newcomer.sharers())  # a task entered beside the one sharing
+            with freeing.briefly():
+                freeing.clearing(0.08)  # memory freed as the sleep ends, cleared for longer
+            held.close()  # the sharer leaves: the timing's drain is over at once
+        else:
+            seen.append((watch[dl.WAIT_MODE], dl.DeviceLock(path, 3)._taken("rw")))
+        sleep(seconds)
+
+    monkeypatch.setattr(clock, "sleep", sleeping)
+    with contextlib.ExitStack() as held:
+        held.enter_context(sharer.shared())
+        with timing:
+            pass
+    assert seen == [(dl.CLEARING, False), 1, (dl.CLEARING, True)]
+    assert clock.slept == [pytest.approx(0.05), pytest.approx(0.03)]  # 0.08 from the sleep's start
