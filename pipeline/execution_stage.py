@@ -22,8 +22,9 @@ from opsynth.config import (
 from opsynth.filters.calibration import aim_ms, first_try, run_calibrated
 from opsynth.filters.execution import ExecutionConfig
 from opsynth.filters.workers import Job, WorkerPool
-from opsynth.pipeline import lookahead
+from opsynth.pipeline import host_costs, lookahead
 from opsynth.pipeline.candidates import input_elements, rescale_candidate
+from opsynth.pipeline.host_costs import HostCosts
 from opsynth.pipeline.progress import Checkpointer, ExecutionProgress, Tally
 from opsynth.pipeline.selection import FillPoint
 from opsynth.pipeline.stages import COUNTER_NAMESPACE, KEPT, REJECTED, TIME_SUFFIX, route, stage_clock
@@ -78,11 +79,13 @@ def run_candidates(pool: WorkerPool, candidates: list[Candidate], workload: Work
     )
 
 
-def execution_order(candidates: list[Candidate]) -> list[Candidate]:
+def execution_order(candidates: list[Candidate], costs: HostCosts | None = None, workers: int = 1) -> list[Candidate]:
     """Each data source's candidates in index order, the sources interleaved, each over its EXECUTION_SPREAD
     of the list: the order in which a fill point (see `FillPoint`) is reached soon, past which the last ones
-    need not run, and in which the heaviest are not the last. Which candidates a round keeps does not depend
-    on it (FillPoint), only how many run."""
+    need not run, and in which the heaviest are not the last. Given the run's `costs` so far, a candidate
+    expected to keep a worker longer than most moves that much earlier, as many places as the pool's `workers`
+    hand out meanwhile (pipeline.host_costs). Which candidates a round keeps does not depend on the order
+    (FillPoint), only how many run."""
     per_source: dict[str, list[Candidate]] = {}
     for c in sorted(candidates, key=lambda c: c.order):
         per_source.setdefault(c.data_source, []).append(c)
@@ -91,7 +94,12 @@ def execution_order(candidates: list[Candidate]) -> list[Candidate]:
         for source, cs in per_source.items()
         for k, c in enumerate(cs)
     ]
-    return [c for *_, c in sorted(turns, key=lambda t: t[:2])]
+    order = [c for *_, c in sorted(turns, key=lambda t: t[:2])]
+    if costs is None or not costs.executions():
+        return order
+    per_s = workers / max(costs.occupied_s(), 1e-3)  # candidates handed out a second
+    places = sorted(range(len(order)), key=lambda i: (i - costs.lead_s(order[i].ops) * per_s, i))
+    return [order[i] for i in places]
 
 
 class _ExecuteBatchFn(beam.DoFn):
@@ -123,7 +131,8 @@ class _ExecuteBatchFn(beam.DoFn):
     def process(self, batch: list[Candidate]) -> Iterator:
         results, todo = [], []
         fill = FillPoint(self.wanted) if self.wanted is not None else None
-        for candidate in execution_order(batch):
+        costs = host_costs.for_run(self.progress_dir)
+        for candidate in execution_order(batch, costs, self.pool.cfg.workers):
             checkpointed = self.progress.lookup(candidate)
             if checkpointed is None:
                 todo.append(candidate)
@@ -150,6 +159,7 @@ class _ExecuteBatchFn(beam.DoFn):
                     return
                 if fill is not None:
                     fill.add(todo[i], result[1].kept)
+                costs.add(todo[i].ops, result[1].measurements.get("phase_s"))
                 checkpoint.add(i, result)
 
             with stage_clock("execute"):

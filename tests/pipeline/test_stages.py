@@ -13,7 +13,7 @@ from apache_beam.utils.shared import Shared
 
 from opsynth.config import WORKLOADS
 from opsynth.filters.execution import ExecutionConfig
-from opsynth.pipeline import parallel
+from opsynth.pipeline import host_costs, parallel
 from opsynth.pipeline.dedup_stage import DedupWithinSet, RuledOutEarlier
 from opsynth.pipeline.engines import local_engine
 from opsynth.pipeline.execution_stage import ExecuteCandidates, execution_order
@@ -243,6 +243,7 @@ def test_an_execution_stage_asked_for_one_accepted_candidate_runs_no_more_than_i
                     equal_to([(0, "indistinguishable_outputs", "execute")]
                              + [(i, "not_needed", "execute") for i in range(2, 5)]), label="rejected")  # fmt: skip
     assert len(ExecutionProgress(str(progress)).load().done) == 2
+    assert host_costs.for_run(str(progress)).executions() == 2  # what ran taught the run's costs; skipped, nothing
 
 
 def test_a_first_try_has_a_ceiling_on_cuda_only_four_times_the_calibration_aim_however_it_is_started():
