@@ -83,7 +83,8 @@ _runs_lock = threading.Lock()
 
 def for_run(progress_dir: str) -> HostCosts:
     """The costs learned in this process by the run whose round checkpoints to `progress_dir` (its rounds'
-    folders share a parent), made empty on first use. Where the execution stage runs outside the driver's
+    folders share a parent), made empty on first use: a resumed run's first batch fills it from the verdicts its
+    round's checkpoints hold (pipeline.execution_stage). Where the execution stage runs outside the driver's
     process, each of its processes learns its own."""
     key = posixpath.dirname(progress_dir.rstrip("/"))
     with _runs_lock:

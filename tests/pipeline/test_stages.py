@@ -222,7 +222,7 @@ def test_the_progress_line_says_what_is_left_at_the_rate_kept_candidates_come_in
     assert unbounded.line(2.0).endswith("kept 1 of the 10 needed (10%) (2 s, 0.5/s, about 18 s left)")
 
 
-def test_an_execution_stage_asked_for_one_accepted_candidate_runs_no_more_than_it_needs(tmp_path):
+def test_an_execution_stage_asked_for_one_accepted_candidate_runs_no_more_than_it_needs(tmp_path, monkeypatch):
     """One worker: each candidate's verdict is in before the next is handed out, so after the first accepted
     one every later candidate of its data source is skipped, checkpointing nothing."""
     from opsynth.pipeline.progress import ExecutionProgress
@@ -244,6 +244,14 @@ def test_an_execution_stage_asked_for_one_accepted_candidate_runs_no_more_than_i
                              + [(i, "not_needed", "execute") for i in range(2, 5)]), label="rejected")  # fmt: skip
     assert len(ExecutionProgress(str(progress)).load().done) == 2
     assert host_costs.for_run(str(progress)).executions() == 2  # what ran taught the run's costs; skipped, nothing
+    monkeypatch.setattr(host_costs, "_runs", {})  # resumed in a new process: its checkpoints teach the same
+    with _test_pipeline() as p:
+        (
+            p
+            | beam.Create([*rest, *first])
+            | ExecuteCandidates(cfg, 5, WORKLOADS["tiny"], str(progress), wanted={"torch#1": 1})
+        )
+    assert host_costs.for_run(str(progress)).executions() == 2
 
 
 def test_a_first_try_has_a_ceiling_on_cuda_only_four_times_the_calibration_aim_however_it_is_started():
