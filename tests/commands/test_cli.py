@@ -165,7 +165,8 @@ def test_validate_runs_a_task_out_of_memory_beside_others_again_once_they_are_do
     report = tmp_path / "report.jsonl"
     argv = ["validate", str(tasks), "--device", "cpu", "--runtime-window-ms", "0,100", "--timeout-s", "20",
             "--no-compile-check", "--workers", "2", "--report", str(report), "--exit-zero"]  # fmt: skip
-    assert _run(capsys, argv)[0] == 0
+    code, _, err = _run(capsys, argv)
+    assert code == 0, err  # the error line, where it fails
     verdicts = {line["task"]: line["verdict"] for line in map(json.loads, report.read_text().splitlines())}
     assert marker.exists()  # it did run out the first time
     assert verdicts == {"once.py": "keep", "always.py": "out_of_memory", "good.py": "keep"}
