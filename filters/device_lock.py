@@ -25,9 +25,9 @@ FREED_CLEARING_BYTES_PER_S = 150e9
 CLEARING_WAIT_MAX_S = 1.0
 # A worker's watch: what its DeviceLock reports, in a shared array the pool reads: since when it holds the GPU and
 # since when it waits for it (monotonic clock seconds, 0 where it does not), the seconds it waited in all; how it
-# holds and how it waits (SHARING or ALONE, 0 where it does not; CLEARING while a timing that has the GPU waits for
-# freed memory's clearing), and the phase its task is in (its index in the pool's list of phases, plus one; 0 for
-# none), for the pool to tell where the workers are while the GPU idles.
+# holds and how it waits (SHARING or ALONE, 0 where it does not; CLEARING while a timing waits for freed memory's
+# clearing, holding the GPU or before it drains the sharers), and the phase its task is in (its index in the pool's
+# list of phases, plus one; 0 for none), for the pool to tell where the workers are while the GPU idles.
 HOLD_SINCE, WAIT_SINCE, WAITED_S, HOLD_MODE, WAIT_MODE, PHASE = range(6)
 WATCH_FIELDS = 6
 SHARING, ALONE, CLEARING = 1.0, 2.0, 3.0  # a shared hold (the checks' device work), an exclusive one (a timing)
@@ -111,7 +111,7 @@ class DeviceLock:
     def _waiting(self, mode: float) -> None:
         if self._watch is not None:
             self._watch[WAIT_SINCE] = time.monotonic()
-            self._watch[WAIT_MODE] = mode
+        self._wait_mode(mode)
 
     def _wait_mode(self, mode: float) -> None:
         if self._watch is not None:
