@@ -46,11 +46,17 @@ def set_up_device(torch, cfg, gpu_index: int | None, device_lock=None) -> None:
 
             clone_on_device(spare_bytes)
     if cfg.compile_check:
-        import torch._inductor.config
+        compile_in_process()
 
-        # Compilation is what the workers do in parallel: each compiles its own task's kernels in-process, never
-        # in a pool of compile processes (which would oversubscribe the cores, and outlive a task).
-        torch._inductor.config.compile_threads = 1
+
+def compile_in_process() -> None:
+    """Compilation is what the workers do in parallel: each compiles its own task's kernels in-process, never in a
+    pool of compile processes (which would oversubscribe the cores, and outlive a task). On one H100 with a pool
+    of 4 (inductor's own, made ready as each worker started), 6 of the 14 workers were still starting 100 s
+    after the others."""
+    import torch._inductor.config
+
+    torch._inductor.config.compile_threads = 1
 
 
 def no_monitor_threads() -> None:
