@@ -26,9 +26,9 @@ import time
 FIRST_USE_S = 0.1  # a first forward this much longer than the second reads as a first use
 
 
-def run_tasks(work: str) -> list[dict]:
-    """The distinct tasks the run's execution checkpointed with a first forward: code, seed, operators, and
-    the longest first forward any of their verdicts recorded (the seconds in `first_forward`)."""
+def run_tasks(work: str, phase: str = "first_forward") -> list[dict]:
+    """The distinct tasks the run's execution checkpointed with a `phase` (see filters.execution.PHASES): code,
+    seed, operators, and the most seconds any of their verdicts recorded in it (`in_run_s`)."""
     from opsynth.pipeline import workfiles
     from opsynth.pipeline.progress import ExecutionProgress
     from opsynth.pipeline.rounds import PROGRESS_DIR
@@ -37,7 +37,7 @@ def run_tasks(work: str) -> list[dict]:
     checkpoints = workfiles.match(workfiles.join(work, PROGRESS_DIR, "round-*", "batch-*.jsonl"))
     for folder in sorted({path.rsplit("/", 1)[0] for path in checkpoints}):
         for candidate, verdict, _ in ExecutionProgress(folder).load().done.values():
-            seconds = verdict.measurements.get("phase_s", {}).get("first_forward")
+            seconds = verdict.measurements.get("phase_s", {}).get(phase)
             if seconds is None:
                 continue
             task = tasks.setdefault(candidate.code, {"code": candidate.code, "seed": candidate.seed,
@@ -58,14 +58,25 @@ def chosen(tasks: list[dict], longest: int, others: int, seed: int) -> list[dict
     return picked
 
 
+def built(task: dict, device) -> tuple:
+    """A task's model built and its first input drawn as the execution does: (model, inputs)."""
+    import torch
+
+    from opsynth.filters.execution import draw_inputs
+    from opsynth.filters.task_loading import load_task
+
+    loaded = load_task(task["code"])
+    torch.manual_seed(task["seed"])
+    with torch.device(device):
+        model = loaded.model_class(*loaded.get_init_inputs()).to(device).eval()
+    return model, draw_inputs(loaded, task["seed"], 0, device)
+
+
 def time_alone(task: dict, device, rehearsing: bool = False) -> dict:
     """One task's model built and its first input drawn as the execution does, then (`rehearsing`) its first
     forward's rehearsal, and its first and second forwards, each finished (synchronized on CUDA), by the host
     clock: seconds, or the error that stopped it."""
     import torch
-
-    from opsynth.filters.execution import draw_inputs
-    from opsynth.filters.task_loading import load_task
 
     def finished() -> float:
         if device.type == "cuda":
@@ -74,11 +85,7 @@ def time_alone(task: dict, device, rehearsing: bool = False) -> dict:
 
     record = {"ops": task["ops"], "longest": task["longest"], "in_run_s": task["in_run_s"]}
     try:
-        loaded = load_task(task["code"])
-        torch.manual_seed(task["seed"])
-        with torch.device(device):
-            model = loaded.model_class(*loaded.get_init_inputs()).to(device).eval()
-        inputs = draw_inputs(loaded, task["seed"], 0, device)
+        model, inputs = built(task, device)
         with torch.no_grad():
             if rehearsing:
                 from opsynth.filters.rehearsal import rehearse
