@@ -17,14 +17,11 @@ run in this process: a development tool over a run's own tasks, not a sandbox.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import random
 import statistics
-import sys
 import time
 
-from opsynth.bench.first_forwards import built, run_tasks
+from opsynth.bench.first_forwards import built, checkpointed_tasks, failures, write_report
 
 TOP_TIMERS = 12  # inductor's timers shown, the longest first
 
@@ -80,10 +77,7 @@ def summary(records: list[dict]) -> list[str]:
         lines.append(f"inductor's steps, seconds a task (nested), over {len(compiled)} tasks:")
         longest = sorted(steps.items(), key=lambda kv: -kv[1])[:TOP_TIMERS]
         lines += [f"  {s / len(compiled):.3f} {name}" for name, s in longest]
-    failed = [r for r in records if "error" in r]
-    if failed:
-        lines.append(f"not compiled: {len(failed)} (the first: {failed[0]['error']})")
-    return lines
+    return lines + failures(records, "not compiled")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,10 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--report", help="a JSON-lines file of each task's times")
     args = parser.parse_args(argv)
-    work = os.path.join(args.run, ".opsynth") if os.path.isdir(os.path.join(args.run, ".opsynth")) else args.run
-    tasks = sorted(run_tasks(work, "compile"), key=lambda t: t["code"])
-    if not tasks:
-        sys.exit(f"{args.run}: no checkpointed verdict with a compile; give a run's folder or its work folder")
+    tasks = sorted(checkpointed_tasks(args.run, "compile"), key=lambda t: t["code"])
     import torch
 
     from opsynth.filters.worker_process import WARM_UP_SOURCE
@@ -108,9 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     compile_alone({"code": WARM_UP_SOURCE, "seed": 0, "ops": [], "in_run_s": 0.0}, device)  # as each worker does
     picked = random.Random(args.seed).sample(tasks, min(args.tasks, len(tasks)))
     records = [compile_alone(task, device) for task in picked]
-    if args.report:
-        with open(args.report, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
+    write_report(args.report, records)
     print("\n".join(summary(records)))
 
 

@@ -46,6 +46,29 @@ def run_tasks(work: str, phase: str = "first_forward") -> list[dict]:
     return list(tasks.values())
 
 
+def checkpointed_tasks(run: str, phase: str) -> list[dict]:
+    """`run_tasks` of a run's folder or work folder, exiting with a line that says what to give where it holds
+    none with `phase`."""
+    work = os.path.join(run, ".opsynth") if os.path.isdir(os.path.join(run, ".opsynth")) else run
+    tasks = run_tasks(work, phase)
+    if not tasks:
+        what = phase.replace("_", " ")
+        sys.exit(f"{run}: no checkpointed verdict with a {what}; give a run's folder or its work folder")
+    return tasks
+
+
+def write_report(path: str | None, records: list[dict]) -> None:
+    if path:
+        with open(path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def failures(records: list[dict], left: str) -> list[str]:
+    """The line that says how many tasks were `left` (untimed, uncompiled) for an error, and the first error."""
+    failed = [r for r in records if "error" in r]
+    return [f"{left}: {len(failed)} (the first: {failed[0]['error']})"] if failed else []
+
+
 def chosen(tasks: list[dict], longest: int, others: int, seed: int) -> list[dict]:
     """The `longest` tasks by first forward in the run and `others` of the rest at random, marked as such, in a
     random order (a process's first uses fall on whichever task comes first)."""
@@ -122,10 +145,7 @@ def summary(records: list[dict]) -> list[str]:
     lines.append(f"first uses here (first forward over {FIRST_USE_S:g} s longer than the second): {len(firsts)}")
     lines += [f"  {r['first_s']:.3f} s (second {r['second_s']:.4f} s, in the run {r['in_run_s']:.3f} s) {r['ops']}"
               for r in firsts]  # fmt: skip
-    failed = [r for r in records if "error" in r]
-    if failed:
-        lines.append(f"not timed: {len(failed)} (the first: {failed[0]['error']})")
-    return lines
+    return lines + failures(records, "not timed")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -140,10 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.rehearse and args.device != "cuda":
         parser.error("--rehearse captures CUDA graphs: give --device cuda")
-    work = os.path.join(args.run, ".opsynth") if os.path.isdir(os.path.join(args.run, ".opsynth")) else args.run
-    tasks = run_tasks(work)
-    if not tasks:
-        sys.exit(f"{args.run}: no checkpointed verdict with a first forward; give a run's folder or its work folder")
+    tasks = checkpointed_tasks(args.run, "first_forward")
     import torch
 
     from opsynth.filters.worker_process import WARM_UP_SOURCE
@@ -153,9 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     time_alone(warm_up, device)  # as each worker does before its first task: the context's start is no task's
     picked = chosen(tasks, args.longest, args.others, args.seed)
     records = [time_alone(task, device, args.rehearse) for task in picked]
-    if args.report:
-        with open(args.report, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
+    write_report(args.report, records)
     print("\n".join(summary(records)))
 
 
