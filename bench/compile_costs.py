@@ -21,7 +21,7 @@ import random
 import statistics
 import time
 
-from opsynth.bench.first_forwards import built, checkpointed_tasks, failures, write_report
+from opsynth.bench.first_forwards import attempted, built, checkpointed_tasks, failures, write_report
 
 TOP_TIMERS = 12  # inductor's timers shown, the longest first
 
@@ -42,7 +42,7 @@ def compile_alone(task: dict, device) -> dict:
     import torch._dynamo
 
     record = {"ops": task["ops"], "in_run_s": task["in_run_s"]}
-    try:
+    with attempted(record, device):
         model, inputs = built(task, device)
         torch._dynamo.reset()
         before = timers()
@@ -54,10 +54,6 @@ def compile_alone(task: dict, device) -> dict:
         record["here_s"] = time.perf_counter() - start
         record["steps"] = {name: round(s - before.get(name, 0.0), 4) for name, s in timers().items()
                            if s - before.get(name, 0.0) >= 1e-4}  # fmt: skip
-    except Exception as e:  # the run's verdict says why a task fails; here it is only left uncompiled
-        record["error"] = f"{type(e).__name__}: {e}"[:200]
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
     return record
 
 

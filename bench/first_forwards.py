@@ -17,6 +17,7 @@ development tool over a run's own tasks, not a sandbox.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -95,6 +96,20 @@ def built(task: dict, device) -> tuple:
     return model, draw_inputs(loaded, task["seed"], 0, device)
 
 
+@contextlib.contextmanager
+def attempted(record: dict, device):
+    """Around one task's work here: an error that stops it goes into `record` (the run's verdict says why a task
+    fails; here it is only left undone), and the GPU's cached memory is given back after it."""
+    import torch
+
+    try:
+        yield
+    except Exception as e:
+        record["error"] = f"{type(e).__name__}: {e}"[:200]
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def time_alone(task: dict, device, rehearsing: bool = False) -> dict:
     """One task's model built and its first input drawn as the execution does, then (`rehearsing`) its first
     forward's rehearsal, and its first and second forwards, each finished (synchronized on CUDA), by the host
@@ -107,7 +122,7 @@ def time_alone(task: dict, device, rehearsing: bool = False) -> dict:
         return time.perf_counter()
 
     record = {"ops": task["ops"], "longest": task["longest"], "in_run_s": task["in_run_s"]}
-    try:
+    with attempted(record, device):
         model, inputs = built(task, device)
         with torch.no_grad():
             if rehearsing:
@@ -122,10 +137,6 @@ def time_alone(task: dict, device, rehearsing: bool = False) -> dict:
             model(*inputs)
             second = finished()
         record.update(first_s=first - start, second_s=second - first)
-    except Exception as e:  # the run's verdict says why a task fails; here it is only left untimed
-        record["error"] = f"{type(e).__name__}: {e}"[:200]
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
     return record
 
 

@@ -5,10 +5,9 @@ the GPU, idle.
 On one H100 a 600-row run's last 6 s were one task compiling (`nn.GroupNorm` then `nn.MultiheadAttention`, 8.5 s
 against a median 0.67 s), the 13 other workers done with the run. Compiles over 3.5 s were 20 of its 699: 12 with
 a sort, a gather or scatter, attention or a recurrent module, 4 transformers modules, 4 chains of 3-5 operators.
-An operator's
-estimate is the mean of the worker seconds of the executions that used it, drawn toward the run's mean where it
-has few; a candidate's is its costliest operator's. The order changes only when candidates are handed out:
-which rows a run keeps does not depend on it (pipeline.selection.FillPoint).
+An operator's estimate is the mean of the worker seconds of the executions that used it, drawn toward the run's
+mean where it has few; a candidate's is its costliest operator's. The order changes only when candidates are
+handed out: which rows a run keeps does not depend on it (pipeline.selection.FillPoint).
 """
 
 from __future__ import annotations
