@@ -1,6 +1,6 @@
 """The state a task must leave as it found it in the process that judged it: the attributes of torch, of the
 checker's modules and of Python's own, torch's global settings, Python's hooks, signal handlers and timers, and
-the threads and processes running. A worker takes a snapshot before its first task and compares after each: a
+the threads and child processes running. A worker takes a snapshot before its first task and compares after each: a
 task that changed any of it is rejected (`tampering`) and its worker replaced, so that no task can change the
 state another task is judged in.
 """
@@ -85,7 +85,12 @@ _MISSING = object()
 
 
 class Running(frozenset):
-    """Threads or processes: a task may end some, but must not leave new ones running."""
+    """Threads: a task may end some, but must not leave new ones running."""
+
+
+class Kept(frozenset):
+    """Child processes (the worker's compile pool): a task must neither leave new ones running nor end any (a pool
+    process gone would fail every later task's compile)."""
 
 
 class Members(frozenset):
@@ -187,7 +192,7 @@ def _python_hooks() -> dict[str, Hashable]:
 
 def _global_state() -> dict[str, Hashable]:
     """What the snapshot reads besides the watched namespaces: torch's settings, Python's hooks, the children."""
-    return {**_torch_settings(), **_python_hooks(), "child processes": Running(_children())}
+    return {**_torch_settings(), **_python_hooks(), "child processes": Kept(_children())}
 
 
 def snapshot() -> dict[str, Hashable]:
@@ -205,13 +210,18 @@ def snapshot() -> dict[str, Hashable]:
 
 def changes(before: dict[str, Hashable], after: dict[str, Hashable]) -> list[str]:
     """What `after` changed or removed of `before`. Attributes added later (a submodule the task imported) are
-    not changes; of threads and processes, only new ones are; of hooks, only removed ones."""
+    not changes; of threads, only new ones are; of child processes, new and ended ones; of hooks, only removed
+    ones."""
     changed = []
     for name, token in before.items():
         now = after.get(name, _MISSING)
         if isinstance(token, Running) and isinstance(now, Running):
             if now - token:
                 changed.append(f"{name} ({len(now - token)} new)")
+        elif isinstance(token, Kept) and isinstance(now, Kept):
+            counts = [f"{len(pids)} {what}" for pids, what in ((now - token, "new"), (token - now, "ended")) if pids]
+            if counts:
+                changed.append(f"{name} ({', '.join(counts)})")
         elif isinstance(token, Members) and isinstance(now, Members):
             if token - now:
                 changed.append(f"{name} ({len(token - now)} removed)")

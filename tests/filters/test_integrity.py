@@ -87,6 +87,24 @@ def test_a_thread_left_running_is_found():
     assert watch.changes() == []
 
 
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="reads /proc")
+def test_a_child_process_left_running_or_one_ended_is_found():
+    import subprocess
+
+    kept = subprocess.Popen(["sleep", "60"])  # running at the snapshot, as a worker's compile pool is
+    watch = integrity.Watch()
+    left = subprocess.Popen(["sleep", "60"])
+    try:
+        assert watch.changes() == ["child processes (1 new)"]
+        kept.kill()
+        kept.wait()
+        assert watch.changes() == ["child processes (1 new, 1 ended)"]
+    finally:
+        left.kill()
+        left.wait()
+    assert watch.changes() == ["child processes (1 ended)"]
+
+
 def test_an_added_attribute_is_no_change_and_costs_one_whole_comparison(monkeypatch, whole_snapshots):
     watch = integrity.Watch()
     whole_snapshots.clear()
