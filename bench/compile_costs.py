@@ -1,9 +1,11 @@
 """A run's compiles done again alone: the run's tasks one after another in this one process, each built and drawn as
-the execution does, then compiled as the compile check does (inductor, in-process) and called once. Where the
+the execution does, then compiled as the compile check does (inductor, with the workers' compile processes) and
+called once. Where the
 workers' compiling bounds a run (its verdicts' `phase_s.compile`), this tells what a compile costs by itself from
 what the run added (cold caches, the other workers on the cores), and where it goes: inductor's own timers.
 
     python -m opsynth.bench.compile_costs RUN [--tasks 40] [--seed 1] [--device cuda] [--report FILE]
+        [--compile-processes N]
 
 RUN is a run's folder (its work folder `RUN/.opsynth` holds the checkpointed verdicts) or a work folder. It
 compiles `--tasks` of the run's compiled tasks drawn at random, in a random order, after the worker's warm-up
@@ -22,6 +24,7 @@ import statistics
 import time
 
 from opsynth.bench.first_forwards import attempted, built, checkpointed_tasks, failures, write_report
+from opsynth.config import COMPILE_PROCESSES
 
 TOP_TIMERS = 12  # inductor's timers shown, the longest first
 
@@ -83,16 +86,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1, help="for the draw and the order")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--report", help="a JSON-lines file of each task's times")
+    parser.add_argument(
+        "--compile-processes", type=int, default=COMPILE_PROCESSES, help="compiling the kernels (1: the process itself)"
+    )
     args = parser.parse_args(argv)
     tasks = sorted(checkpointed_tasks(args.run, "compile"), key=lambda t: t["code"])
     import torch
 
     from opsynth.filters.worker_process import WARM_UP_SOURCE
-    from opsynth.filters.worker_setup import compile_in_process
+    from opsynth.filters.worker_setup import compile_in, start_compile_pool
 
-    compile_in_process()
+    compile_in(args.compile_processes)
     device = torch.device(args.device)
     compile_alone({"code": WARM_UP_SOURCE, "seed": 0, "ops": [], "in_run_s": 0.0}, device)  # as each worker does
+    start_compile_pool()
     picked = random.Random(args.seed).sample(tasks, min(args.tasks, len(tasks)))
     records = [compile_alone(task, device) for task in picked]
     write_report(args.report, records)

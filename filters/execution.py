@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from opsynth.config import DISTINGUISHING_FRACTION, NUM_DRAWS, TIMING, VERIFY_ATOL, VERIFY_RTOL
+from opsynth.config import COMPILE_PROCESSES, DISTINGUISHING_FRACTION, NUM_DRAWS, TIMING, VERIFY_ATOL, VERIFY_RTOL
 from opsynth.filters.comparison import flatten_outputs, to_device
 from opsynth.filters.compiled_model import compile_check_cpu, compiled_for_timing
 from opsynth.filters.device_holds import give_back_cached, pausing_between_modules, shared_mode, yield_to_timings
@@ -84,6 +84,7 @@ class ExecutionConfig:
     timeout_s: float  # time limit per task, enforced by the pool: CPU time per intra-op thread (worker_budgets.overdue)
     compile_check: bool = True  # also run under torch.compile and compare with eager
     compile_backend: str = "inductor"  # torch.compile backend of the compile check
+    compile_processes: int = COMPILE_PROCESSES  # a worker's own processes compiling its kernels (1: itself)
     num_draws: int = NUM_DRAWS  # fresh get_inputs() draws compared for distinguishability
     atol: float = VERIFY_ATOL  # verification tolerance of the agent's checker
     rtol: float = VERIFY_RTOL

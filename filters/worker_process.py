@@ -27,7 +27,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from opsynth.filters.containment import Limits, apply_limits, die_with_parent, enter_namespaces, mount_own_proc
-from opsynth.filters.worker_setup import no_monitor_threads, quiet_library_notices, set_up_device
+from opsynth.filters.worker_setup import (
+    no_monitor_threads,
+    quiet_library_notices,
+    set_up_device,
+    start_compile_pool,
+)
 
 EXECUTE = "execute"  # every execution check (filters.execution.run_checks)
 SHAPES = "shapes"  # loading and the shape check on the meta device (filters.shape_check.check_shapes)
@@ -206,6 +211,7 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
     if setup.start_nice:
         with contextlib.suppress(PermissionError):  # without the privilege to raise it again, it stays lowered
             os.setpriority(os.PRIO_PROCESS, 0, priority)
+    start_compile_pool()  # its processes at the worker's own priority
     watch = integrity.Watch()
     ready_rss = _resident_bytes()
     ready = {"pid": os.getpid(), "containment": containment, "warm_up": warm_up.reason, "at": time.monotonic()}

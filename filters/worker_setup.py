@@ -5,6 +5,7 @@ what libraries would otherwise print or leave running."""
 from __future__ import annotations
 
 import logging
+import threading
 
 from opsynth.config import (
     AUTOTUNE_BENCHMARK_MS,
@@ -13,6 +14,8 @@ from opsynth.config import (
     AUTOTUNE_ESTIMATION_RUNS,
 )
 from opsynth.filters.autotuning import bound_autotuning, clone_on_device
+
+POOL_START_S = 30  # how long a worker waits for its compile pool to answer before it compiles in-process
 
 
 def set_up_device(torch, cfg, gpu_index: int | None, device_lock=None) -> None:
@@ -46,17 +49,43 @@ def set_up_device(torch, cfg, gpu_index: int | None, device_lock=None) -> None:
 
             clone_on_device(spare_bytes)
     if cfg.compile_check:
-        compile_in_process()
+        compile_in(cfg.compile_processes)
 
 
-def compile_in_process() -> None:
-    """Compilation is what the workers do in parallel: each compiles its own task's kernels in-process, never in a
-    pool of compile processes (which would oversubscribe the cores, and outlive a task). On one H100 with a pool
-    of 4 (inductor's own, made ready as each worker started), 6 of the 14 workers were still starting 100 s
-    after the others."""
+def compile_in(processes: int) -> None:
+    """Where inductor compiles a task's Triton kernels: in this process (1), or in a pool of `processes` forked from
+    it (`start_compile_pool`), which compile a task's kernels side by side on the cores the other workers leave
+    idle while they wait for the GPU. Forked, the pool's processes import nothing and start in milliseconds (and
+    never touch the GPU: inductor reads the device's properties before it forks); inductor's default, a fresh
+    process importing torch that then starts the pool, left 6 of 14 workers still starting after 100 s on one
+    H100."""
     import torch._inductor.config
 
-    torch._inductor.config.compile_threads = 1
+    torch._inductor.config.compile_threads = max(1, processes)
+    if processes > 1:
+        torch._inductor.config.worker_start_method = "fork"
+
+
+def start_compile_pool() -> None:
+    """Start the compile pool (where `compile_in` asked for one) and wait until it answers: its processes, and
+    the threads inductor runs beside them (which it would otherwise start one by one as a task's compile needs
+    them). A worker does so once it is up, before the snapshot its integrity checks compare with, so that none
+    of them is taken for a task's."""
+    import torch._inductor.config
+
+    processes = torch._inductor.config.compile_threads
+    if torch._inductor.config.worker_start_method != "fork" or not processes or processes <= 1:
+        return  # no pool asked for (inductor's own default, a pool of as many processes as cores, never starts)
+    from torch._inductor.async_compile import AsyncCompile
+
+    try:
+        AsyncCompile.wait_pool_ready(timeout=POOL_START_S)
+        all_started = threading.Barrier(processes + 1, timeout=POOL_START_S)
+        for _ in range(processes):
+            AsyncCompile.pool().submit(all_started.wait)  # each waits for the others: a thread started for each
+        all_started.wait()
+    except Exception:  # a pool that cannot start (its processes refused, or never answering): compile in-process
+        compile_in(1)
 
 
 def no_monitor_threads() -> None:

@@ -28,7 +28,8 @@ def test_the_runs_compiled_tasks_are_compiled_again_with_inductors_steps(tmp_pat
     _checkpoint(work / "progress" / "round-00001",
                 [(fixtures.GOOD, {"compile": 1.2}), (fixtures.RAISES, {"compile": 0.3})])  # fmt: skip
     report = tmp_path / "compiles.jsonl"
-    compile_costs.main([str(tmp_path / "run"), "--device", "cpu", "--report", str(report)])
+    # In-process (1): a pool of compile processes would stay in the test's own process.
+    compile_costs.main([str(tmp_path / "run"), "--device", "cpu", "--report", str(report), "--compile-processes", "1"])
     out = capsys.readouterr().out
     records = [json.loads(line) for line in report.read_text().splitlines()]
     assert sorted(r["in_run_s"] for r in records) == [0.3, 1.2], "each compiled program once, its longest compile"

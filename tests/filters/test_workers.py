@@ -417,3 +417,46 @@ def test_an_error_between_two_runs_is_raised_by_the_next_run_and_not_by_closing_
         with pytest.raises(ValueError, match="could not be read"):
             pool.run([Job("second", fixtures.GOOD, 2)])
         pool.run([Job("first", fixtures.GOOD, 1)], ahead=ahead)  # the bridge fails again: closing says nothing
+
+
+# A task that says how many processes its worker has started: fails unless it is EXPECTED.
+CHILDREN = fixtures.task(
+    "import glob\nchildren = set()\nfor path in glob.glob('/proc/self/task/*/children'):\n"
+    "    with open(path) as f:\n        children.update(f.read().split())\n"
+    "if len(children) != EXPECTED:\n    raise RuntimeError(f'{len(children)} child processes')\nreturn x * 2"
+)
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="reads /proc")
+@pytest.mark.parametrize(("compile_check", "children"), [(True, 2), (False, 0)])
+def test_a_worker_compiles_in_processes_of_its_own_started_before_its_tasks_and_kept_across_them(
+    compile_check, children
+):
+    import dataclasses
+
+    cfg = dataclasses.replace(CPU, compile_check=compile_check, compile_processes=2)
+    task = CHILDREN.replace("EXPECTED", str(children))
+    with WorkerPool(cfg) as pool:
+        verdicts = pool.run([Job("first", task, 1), Job("second", task, 2)])
+    # Neither the pool's processes nor the threads inductor runs beside them read as a task's (tampering).
+    assert [v.reason for v in verdicts] == [KEEP, KEEP], [v.detail for v in verdicts]
+
+
+KILLS_A_CHILD = fixtures.task(
+    "import glob, os, signal\nfor path in glob.glob('/proc/self/task/*/children'):\n"
+    "    with open(path) as f:\n        for pid in f.read().split():\n            os.kill(int(pid), signal.SIGKILL)\n"
+    "return x * 2"
+)
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="reads /proc")
+def test_a_task_that_ends_its_worker_s_compile_processes_is_rejected_and_the_next_task_gets_a_whole_pool():
+    import dataclasses
+
+    from opsynth.reasons import TAMPERING
+
+    cfg = dataclasses.replace(CPU, compile_check=True, compile_processes=2)
+    with WorkerPool(cfg) as pool:
+        killer, after = pool.run([Job("killer", KILLS_A_CHILD, 1), Job("after", CHILDREN.replace("EXPECTED", "2"), 2)])
+    assert killer.reason == TAMPERING and "child processes" in killer.detail, killer.detail
+    assert after.reason == KEEP, after.detail
