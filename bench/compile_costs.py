@@ -1,8 +1,8 @@
 """A run's compiles done again alone: the run's tasks one after another in this one process, each built and drawn as
-the execution does, then compiled as the compile check does (inductor, with the workers' compile processes) and
-called once. Where the
-workers' compiling bounds a run (its verdicts' `phase_s.compile`), this tells what a compile costs by itself from
-what the run added (cold caches, the other workers on the cores), and where it goes: inductor's own timers.
+the execution does, then compiled as the compile check does (inductor, with a worker's compile processes) and
+called once. Where the workers' compiling bounds a run (its verdicts' `phase_s.compile`), this tells what a compile
+costs by itself from what the run added (cold caches, the other workers on the cores), and where it goes:
+inductor's own timers.
 
     python -m opsynth.bench.compile_costs RUN [--tasks 40] [--seed 1] [--device cuda] [--report FILE]
         [--compile-processes N]

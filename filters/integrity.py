@@ -1,8 +1,8 @@
 """The state a task must leave as it found it in the process that judged it: the attributes of torch, of the
 checker's modules and of Python's own, torch's global settings, Python's hooks, signal handlers and timers, and
-the threads and child processes running. A worker takes a snapshot before its first task and compares after each: a
-task that changed any of it is rejected (`tampering`) and its worker replaced, so that no task can change the
-state another task is judged in.
+the threads and child processes running. A worker takes a snapshot before its first task and compares after
+each: a task that changed any of it is rejected (`tampering`) and its worker replaced, so that no task can change
+the state another task is judged in.
 """
 
 from __future__ import annotations

@@ -97,8 +97,8 @@ AUTOTUNE_ESTIMATION_RUNS = 2
 
 # Each execution worker compiles a task's Triton kernels in this many processes of its own (inductor's pool,
 # forked from the worker once it is up; 1: in the worker itself). On one H100 (16 cores, 14 workers), run next to
-# the in-process compile on one machine: the workers' compiles 12 % shorter and the GPU 2-7 points busier, where
-# compiling bound the run; 2 and 8 gained as much.
+# the in-process compile on one machine: the workers' compiles 11-16 % shorter and the GPU 2-7 points busier where
+# compiling bound the run; 2 and 8, run between runs of 4, did no better.
 COMPILE_PROCESSES = 4
 
 # generate keeps a task only where its eager time is this far inside the runtime window (at least low * (1 +
