@@ -9,7 +9,9 @@
 # .gpu-builds/NAME .` on a checkout of it); ORDER names them in the order run (default: every folder). The
 # package's dependencies must import already (see docs/development.md). ROWS (default 600) and RUN_S (the limit of
 # one run, default 240) size the runs; ARGS_NAME adds options to build NAME's command (ARGS_w20="--workers 20", with
-# .gpu-builds/w20 a copy of another build's folder, compares options of one build). Writes to $OUT (default
+# .gpu-builds/w20 a copy of another build's folder, compares options of one build). ORDER may name a build again
+# ("a b a b": a machine grows faster run after run, so alternate and compare neighbours); its later runs' files are
+# NAME.2, NAME.3 and so on where the list below says NAME. Writes to $OUT (default
 # gpu-out): NAME.stats.json, NAME.samples (time, GPU use, memory), NAME.gpu.jsonl (the run's own samples, with
 # where its workers were), NAME.progress.tgz (each execution's verdict, its phases' seconds included),
 # NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as data_NAME.tgz, and summary.txt,
@@ -28,7 +30,8 @@ W=$(realpath "$OUT/w")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for name in $ORDER; do
-  python3 -m pip install -q --no-index --no-deps --target "$work/pkg_$name" "$BUILDS/$name"/*.whl || exit 1
+  [ -d "$work/pkg_$name" ] || python3 -m pip install -q --no-index --no-deps --target "$work/pkg_$name" \
+    "$BUILDS/$name"/*.whl || exit 1
 done
 pack() { tar czf "$OUT/all.tgz" -C "$OUT" w; }
 summary() {  # NAME RC: one block of summary.txt from the run's stats.json
@@ -51,35 +54,39 @@ print("  idle", idle.get("seconds"), "s; workers meanwhile:",
 print("  worker-s by phase:", {k: round(v) for k, v in stats["timings_s"]["execution_worker_phases"].items()})
 PY
 }
+declare -A runs  # how many times each build has run so far
 for name in $ORDER; do
-  caches="$work/caches_$name"
+  runs[$name]=$(( ${runs[$name]:-0} + 1 ))
+  run=$name  # the run's name in its files: the build's, then NAME.2, NAME.3 where ORDER repeats it
+  [ "${runs[$name]}" -gt 1 ] && run="$name.${runs[$name]}"
+  caches="$work/caches_$run"
   args="ARGS_$name"
   mkdir -p "$caches/home"
-  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 1000 > "$W/$name.samples" &
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 1000 > "$W/$run.samples" &
   monitor=$!
   PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" HOME="$caches/home" TORCHINDUCTOR_CACHE_DIR="$caches/inductor" \
     TRITON_CACHE_DIR="$caches/triton" CUDA_CACHE_PATH="$caches/nv" timeout "${RUN_S:-240}" python3 -m opsynth generate \
-    --out "$work/run_$name" --num-samples "${ROWS:-600}" --device "${DEVICE:-cuda}" --seed 11 ${!args:-} \
-    > "$W/$name.out" 2> "$W/$name.err"
+    --out "$work/run_$run" --num-samples "${ROWS:-600}" --device "${DEVICE:-cuda}" --seed 11 ${!args:-} \
+    > "$W/$run.out" 2> "$W/$run.err"
   rc=$?
   kill "$monitor"
-  cp "$work/run_$name/stats.json" "$W/$name.stats.json" 2>/dev/null
-  find "$work/run_$name/.opsynth" -name '*.gpu.jsonl' -exec cat {} + > "$W/$name.gpu.jsonl" 2>/dev/null
-  tar czf "$W/$name.progress.tgz" -C "$work/run_$name/.opsynth" progress 2>/dev/null  # each execution's verdict
-  summary "$name" "$rc"
-  PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" python3 -m opsynth.bench.gpu_series "$W/$name.gpu.jsonl" --stalls 6 \
+  cp "$work/run_$run/stats.json" "$W/$run.stats.json" 2>/dev/null
+  find "$work/run_$run/.opsynth" -name '*.gpu.jsonl' -exec cat {} + > "$W/$run.gpu.jsonl" 2>/dev/null
+  tar czf "$W/$run.progress.tgz" -C "$work/run_$run/.opsynth" progress 2>/dev/null  # each execution's verdict
+  summary "$run" "$rc"
+  PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" python3 -m opsynth.bench.gpu_series "$W/$run.gpu.jsonl" --stalls 6 \
     >> "$W/summary.txt" 2>/dev/null  # a build before its GPU series has none
   if [ -n "${REMEASURE:-}" ]; then
-    PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 120 python3 -m opsynth validate "$work/run_$name" --sample 150 \
-      --device "${DEVICE:-cuda}" --workers 1 --no-compile-check --report "$W/remeasure_$name.jsonl" > "$W/remeasure_$name.log" 2>&1
-    echo "  re-measured: $(tail -n 1 "$W/remeasure_$name.log")" >> "$W/summary.txt"
-    tar czf "$W/data_$name.tgz" -C "$work" --exclude=.opsynth "run_$name"
+    PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 120 python3 -m opsynth validate "$work/run_$run" --sample 150 \
+      --device "${DEVICE:-cuda}" --workers 1 --no-compile-check --report "$W/remeasure_$run.jsonl" > "$W/remeasure_$run.log" 2>&1
+    echo "  re-measured: $(tail -n 1 "$W/remeasure_$run.log")" >> "$W/summary.txt"
+    tar czf "$W/data_$run.tgz" -C "$work" --exclude=.opsynth "run_$run"
   fi
   if [ -n "${FIRST_FORWARDS:-}" ]; then
-    PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 120 python3 -m opsynth.bench.first_forwards "$work/run_$name" \
-      --device "${DEVICE:-cuda}" --report "$W/first_forwards_$name.jsonl" $FIRST_FORWARDS \
-      > "$W/first_forwards_$name.txt" 2> "$W/first_forwards_$name.err"
-    echo "  first forwards alone: $(head -n 2 "$W/first_forwards_$name.txt" | tr '\n' ' ')" >> "$W/summary.txt"
+    PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 120 python3 -m opsynth.bench.first_forwards "$work/run_$run" \
+      --device "${DEVICE:-cuda}" --report "$W/first_forwards_$run.jsonl" $FIRST_FORWARDS \
+      > "$W/first_forwards_$run.txt" 2> "$W/first_forwards_$run.err"
+    echo "  first forwards alone: $(head -n 2 "$W/first_forwards_$run.txt" | tr '\n' ' ')" >> "$W/summary.txt"
   fi
   pack
 done
