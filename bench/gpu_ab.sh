@@ -10,7 +10,7 @@
 # package's dependencies must import already (see docs/development.md). ROWS (default 600) and RUN_S (the limit of
 # one run, default 240) size the runs; ARGS_NAME adds options to build NAME's command (ARGS_w20="--workers 20", with
 # .gpu-builds/w20 a copy of another build's folder, compares options of one build). ORDER may name a build again
-# ("a b a b": a machine grows faster run after run, so alternate and compare neighbours); its later runs' files are
+# ("a b a b": a machine can grow faster run after run, so alternate and compare neighbours); its later runs' files are
 # NAME.2, NAME.3 and so on where the list below says NAME. Writes to $OUT (default
 # gpu-out): NAME.stats.json, NAME.samples (time, GPU use, memory), NAME.gpu.jsonl (the run's own samples, with
 # where its workers were), NAME.progress.tgz (each execution's verdict, its phases' seconds included),
