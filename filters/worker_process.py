@@ -211,10 +211,11 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
     if setup.start_nice:
         with contextlib.suppress(PermissionError):  # without the privilege to raise it again, it stays lowered
             os.setpriority(os.PRIO_PROCESS, 0, priority)
-    start_compile_pool()  # its processes at the worker's own priority
+    compile_processes = start_compile_pool()  # its processes at the worker's own priority
     watch = integrity.Watch()
     ready_rss = _resident_bytes()
     ready = {"pid": os.getpid(), "containment": containment, "warm_up": warm_up.reason, "at": time.monotonic()}
+    ready["compile_processes"] = compile_processes
     send(answers, {"kind": "ready", **ready})
     report_phase = phase_reporter(setup.device_lock)
     for done in range(1, setup.recycle_jobs + 1):

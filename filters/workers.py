@@ -84,6 +84,8 @@ class WorkerPool:
         self.started_at = time.monotonic()  # when the pool began to start its workers
         self._workers = [self._spawn(i) for i in range(cfg.workers)]
         self.replaced = 0
+        # Workers that asked for compile processes of their own and compile in-process, their pool not started.
+        self.compiling_in_process = 0
         # When the first job was handed out and the last verdict came in (monotonic): the span of the pool's work.
         self.first_handed: float | None = None
         self.last_done: float | None = None
@@ -281,6 +283,8 @@ class WorkerPool:
                 if self.ready_at is None and all(other.ready for other in self._workers):
                     self.ready_at = max(other.ready_at for other in self._workers)
                 self.containment = self.containment or {**message["containment"], "pids_cgroup": w.cgroup is not None}
+                if self.cfg.compile_check and self.cfg.compile_processes > 1 and not message.get("compile_processes"):
+                    self.compiling_in_process += 1
             elif w.working():
                 done, w.job, w.ahead = (w.job, message["verdict"]), None, None
                 if message.get("retire"):

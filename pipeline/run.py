@@ -153,6 +153,8 @@ def gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: floa
         "bytecode_wait_s": round(pool.bytecode_wait_s, 1),  # before that start, waiting for the libraries' bytecode
         "workers_replaced": pool.replaced,  # retired (grown or tampered with), crashed or timed out, and restarted
     }
+    if pool.compiling_in_process:  # their compile pool not started (filters.worker_setup.start_compile_pool)
+        record["workers_compiling_in_process"] = pool.compiling_in_process
     if pool.ready_at is not None:
         record["workers_ready_s"] = round(pool.ready_at - t0, 1)
     for busy, key in ((False, "while_idle"), (True, "while_busy")):  # where the workers were meanwhile

@@ -440,6 +440,7 @@ def test_a_worker_compiles_in_processes_of_its_own_started_before_its_tasks_and_
         verdicts = pool.run([Job("first", task, 1), Job("second", task, 2)])
     # Neither the pool's processes nor the threads inductor runs beside them read as a task's (tampering).
     assert [v.reason for v in verdicts] == [KEEP, KEEP], [v.detail for v in verdicts]
+    assert pool.compiling_in_process == 0, "its compile processes started as asked"
 
 
 KILLS_A_CHILD = fixtures.task(

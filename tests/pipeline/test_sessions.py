@@ -69,7 +69,7 @@ def test_a_sessions_gpu_record_says_when_its_workers_started_and_how_long_they_w
     monitor = SimpleNamespace(unavailable=None, busy=lambda start, end: [0.9],
                               workers_while=lambda start, end, busy: None if busy else idle)  # fmt: skip
     pool = SimpleNamespace(first_handed=130.0, last_done=250.0, started_at=107.5, bytecode_wait_s=4.04, replaced=0,
-                           ready_at=118.0)  # fmt: skip
+                           ready_at=118.0, compiling_in_process=0)  # fmt: skip
     shapes = SimpleNamespace(ready_at=112.0)
     assert gpu_record(monitor, pool, 100.0, shapes) == {
         "gpu": {
@@ -79,3 +79,5 @@ def test_a_sessions_gpu_record_says_when_its_workers_started_and_how_long_they_w
         }
     }  # fmt: skip
     assert gpu_record(None, pool, 100.0) == {}  # a CPU run's
+    pool.compiling_in_process = 2  # workers whose compile processes did not start: named, where there are any
+    assert gpu_record(monitor, pool, 100.0, shapes)["gpu"]["workers_compiling_in_process"] == 2
