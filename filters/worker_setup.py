@@ -66,17 +66,17 @@ def compile_in(processes: int) -> None:
         torch._inductor.config.worker_start_method = "fork"
 
 
-def start_compile_pool() -> int:
+def start_compile_pool() -> int | None:
     """Start the compile pool (where `compile_in` asked for one) and wait until it answers: its processes, and
     the threads inductor runs beside them (which it would otherwise start one by one as a task's compile needs
     them). A worker does so once it is up, before the snapshot its integrity checks compare with, so that none
-    of them is taken for a task's. Returns the pool's processes: 0 where none was asked for, or where it could
-    not start (the worker then compiles in-process)."""
+    of them is taken for a task's. Returns the pool's processes; 0 where it could not start (the worker then
+    compiles in-process); None where none was asked for."""
     import torch._inductor.config
 
     processes = torch._inductor.config.compile_threads
     if torch._inductor.config.worker_start_method != "fork" or not processes or processes <= 1:
-        return 0  # no pool asked for (inductor's own default, a pool of as many processes as cores, never starts)
+        return None  # no pool asked for (inductor's own default, a pool of as many processes as cores, never starts)
     from torch._inductor.async_compile import AsyncCompile
 
     try:

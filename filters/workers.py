@@ -283,8 +283,7 @@ class WorkerPool:
                 if self.ready_at is None and all(other.ready for other in self._workers):
                     self.ready_at = max(other.ready_at for other in self._workers)
                 self.containment = self.containment or {**message["containment"], "pids_cgroup": w.cgroup is not None}
-                if self.cfg.compile_check and self.cfg.compile_processes > 1 and not message.get("compile_processes"):
-                    self.compiling_in_process += 1
+                self.compiling_in_process += bool(message.get("compile_pool_failed"))
             elif w.working():
                 done, w.job, w.ahead = (w.job, message["verdict"]), None, None
                 if message.get("retire"):

@@ -19,3 +19,4 @@ def test_a_worker_whose_compile_pool_never_answers_compiles_in_its_own_process(m
     assert (inductor.compile_threads, inductor.worker_start_method) == (4, "fork")
     assert start_compile_pool() == 0, "no compile processes"
     assert inductor.compile_threads == 1
+    assert start_compile_pool() is None, "none asked for any more"
