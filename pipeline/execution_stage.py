@@ -132,12 +132,13 @@ class _ExecuteBatchFn(beam.DoFn):
         results, todo = [], []
         fill = FillPoint(self.wanted) if self.wanted is not None else None
         costs = host_costs.for_run(self.progress_dir)
+        found = {id(c): self.progress.lookup(c) for c in batch}  # this round's checkpoints (a resumed run)
         if not costs.executions():  # a resumed run: its costs so far are what this round's checkpoints hold
             for candidate in batch:
-                if (checkpointed := self.progress.lookup(candidate)) is not None:
+                if (checkpointed := found[id(candidate)]) is not None:
                     costs.add(candidate.ops, checkpointed[1].measurements.get("phase_s"))
         for candidate in execution_order(batch, costs, self.pool.cfg.workers):
-            checkpointed = self.progress.lookup(candidate)
+            checkpointed = found[id(candidate)]
             if checkpointed is None:
                 todo.append(candidate)
             else:
