@@ -34,10 +34,10 @@ for name in $ORDER; do
     "$BUILDS/$name"/*.whl || exit 1
 done
 pack() { tar czf "$OUT/all.tgz" -C "$OUT" w; }
-summary() {  # NAME RC: one block of summary.txt from the run's stats.json
-  python3 - "$W/$1.stats.json" "$1" "$2" >> "$W/summary.txt" <<'PY'
-import json, sys
-path, name, rc = sys.argv[1:]
+summary() {  # NAME RC: one block of summary.txt from the run's stats.json and nvidia-smi's samples beside it
+  python3 - "$W/$1.stats.json" "$1" "$2" "$W/$1.samples" >> "$W/summary.txt" <<'PY'
+import datetime, json, sys
+path, name, rc, samples = sys.argv[1:]
 try:
     stats = json.load(open(path))
 except (OSError, ValueError) as e:
@@ -52,6 +52,25 @@ print("  rounds (round, wall_s, candidates, executions):",
 print("  idle", idle.get("seconds"), "s; workers meanwhile:",
       {k: v for k, v in idle.get("workers", {}).items() if v >= 0.1})
 print("  worker-s by phase:", {k: round(v) for k, v in stats["timings_s"]["execution_worker_phases"].items()})
+if gpu.get("executing_s"):  # nvidia-smi's samples over the same stretch (the session's start known to the second)
+    first = datetime.datetime.fromisoformat(stats["timings_s"]["sessions"][0]["started"]).replace(tzinfo=None)
+    first += datetime.timedelta(seconds=gpu["first_execution_s"])
+    last = first + datetime.timedelta(seconds=gpu["executing_s"])
+    busy = []
+    try:
+        lines = open(samples).readlines()
+    except OSError:
+        lines = []  # no sampler ran
+    for line in lines:
+        fields = [f.strip() for f in line.split(",")]
+        try:
+            when = datetime.datetime.strptime(fields[0], "%Y/%m/%d %H:%M:%S.%f")
+            if first <= when <= last:
+                busy.append(float(fields[1].split()[0]))
+        except (ValueError, IndexError):
+            continue  # a line cut short as the sampler was stopped
+    if busy:
+        print(f"  nvidia-smi over the execution: {sum(busy) / len(busy):.1f} % busy ({len(busy)} samples)")
 PY
 }
 declare -A runs  # how many times each build has run so far
