@@ -215,7 +215,6 @@ def _serve(conn: Connection, answers: Connection, containment: dict) -> None:
     watch = integrity.Watch()
     ready_rss = _resident_bytes()
     ready = {"pid": os.getpid(), "containment": containment, "warm_up": warm_up.reason, "at": time.monotonic()}
-    ready["compile_processes"] = compile_processes or 0
     ready["compile_pool_failed"] = compile_processes == 0  # asked for, not started: it compiles in-process
     send(answers, {"kind": "ready", **ready})
     report_phase = phase_reporter(setup.device_lock)
