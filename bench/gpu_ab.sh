@@ -11,10 +11,11 @@
 # one run, default 240) size the runs; ARGS_NAME adds options to build NAME's command (ARGS_w20="--workers 20", with
 # .gpu-builds/w20 a copy of another build's folder, compares options of one build). ORDER may name a build again
 # ("a b a b": a machine can grow faster run after run, so alternate and compare neighbours); its later runs' files are
-# NAME.2, NAME.3 and so on where the list below says NAME. Writes to $OUT (default
-# gpu-out): NAME.stats.json, NAME.samples (time, GPU use, memory), NAME.gpu.jsonl (the run's own samples, with
-# where its workers were), NAME.progress.tgz (each execution's verdict, its phases' seconds included),
-# NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as data_NAME.tgz, and summary.txt,
+# NAME.2, NAME.3 and so on where the list below says NAME. Writes to $OUT (default gpu-out): machine.txt (the GPU,
+# the cores, the CPU's model and one core's Python speed), NAME.stats.json, NAME.samples (time, GPU use, memory),
+# NAME.gpu.jsonl (the run's own samples, with where its workers were), NAME.progress.tgz (each execution's verdict,
+# its phases' seconds included), NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as
+# data_NAME.tgz, and summary.txt,
 # one block per run (its busy share as the run measured it, and as NAME.samples read over the same stretch);
 # everything is packed into all.tgz after each run. FIRST_FORWARDS (options of
 # `python -m opsynth.bench.first_forwards`, "--longest 60" say) times the run's longest first forwards again alone
@@ -27,7 +28,11 @@ BUILDS=$(realpath "${BUILDS:-.gpu-builds}")
 ORDER=${ORDER:-$(ls "$BUILDS")}
 mkdir -p "$OUT/w"
 W=$(realpath "$OUT/w")
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; } > "$W/machine.txt"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; grep -m 1 "model name" /proc/cpuinfo
+  # one core's Python speed: hosts of one kind differ, and the workers' compiles (and so the busy share) follow it
+  python3 -c "import time; t = time.perf_counter(); sum(i * i for i in range(10**7))
+print('python, 10M squares:', round(time.perf_counter() - t, 3), 's')"
+} > "$W/machine.txt"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for name in $ORDER; do
