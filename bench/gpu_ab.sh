@@ -2,7 +2,8 @@
 # Builds of the package compared on one CUDA machine, from the repository root: the README's 600-row run by each in
 # turn, each from empty inductor, Triton and CUDA caches (and a home of its own), NVML sampled every second beside
 # it; with REMEASURE=1 each run's rows are then re-measured by one worker alone (150 of them, against the recorded
-# `eager_ms`). A machine's speed moves a run by more than most changes do: compare builds on one machine, and put
+# `eager_ms`), and with RECHECK=1 checked again whole (every row, validate's default workers and compile check, on
+# its own draws). A machine's speed moves a run by more than most changes do: compare builds on one machine, and put
 # the build to be judged first (a machine's first run also pays its cold page cache).
 #
 # BUILDS (default .gpu-builds) holds one folder per build, each with that build's wheel (`pip wheel --no-deps -w
@@ -14,12 +15,12 @@
 # NAME.2, NAME.3 and so on where the list below says NAME. Writes to $OUT (default gpu-out): machine.txt (the GPU,
 # the cores, the CPU's model and one core's Python speed), NAME.stats.json, NAME.samples (time, GPU use, memory),
 # NAME.gpu.jsonl (the run's own samples, with where its workers were), NAME.progress.tgz (each execution's verdict,
-# its phases' seconds included), NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log and the run's dataset as
-# data_NAME.tgz, and summary.txt, one block per run (its busy share as the run measured it, and as NAME.samples
-# read over the same stretch); everything is packed into all.tgz after each run. FIRST_FORWARDS (options of
-# `python -m opsynth.bench.first_forwards`, "--longest 60" say) times the run's longest first forwards again alone
-# after it: first_forwards_NAME.txt/.jsonl/.err. DEVICE=cpu (default cuda) runs the same on the CPU, to try the
-# script.
+# its phases' seconds included), NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log, with RECHECK
+# recheck_NAME.jsonl/.log, with either the run's dataset as data_NAME.tgz, and summary.txt, one block per run (its
+# busy share as the run measured it, and as NAME.samples read over the same stretch); everything is packed into
+# all.tgz after each run. FIRST_FORWARDS (options of `python -m opsynth.bench.first_forwards`, "--longest 60" say)
+# times the run's longest first forwards again alone after it: first_forwards_NAME.txt/.jsonl/.err. DEVICE=cpu
+# (default cuda) runs the same on the CPU, to try the script.
 set -u
 export PYTHONSAFEPATH=1  # python -m from the repository root imports the installed package, not ./opsynth
 OUT=${OUT:-gpu-out}
@@ -104,6 +105,13 @@ for name in $ORDER; do
     PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 120 python3 -m opsynth validate "$work/run_$run" --sample 150 \
       --device "${DEVICE:-cuda}" --workers 1 --no-compile-check --report "$W/remeasure_$run.jsonl" > "$W/remeasure_$run.log" 2>&1
     echo "  re-measured: $(tail -n 1 "$W/remeasure_$run.log")" >> "$W/summary.txt"
+  fi
+  if [ -n "${RECHECK:-}" ]; then  # every row executed again as validate does by default (workers, compile check)
+    PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" timeout 180 python3 -m opsynth validate "$work/run_$run" \
+      --device "${DEVICE:-cuda}" --report "$W/recheck_$run.jsonl" > "$W/recheck_$run.log" 2>&1
+    echo "  checked again whole: $(tail -n 1 "$W/recheck_$run.log")" >> "$W/summary.txt"
+  fi
+  if [ -n "${REMEASURE:-}${RECHECK:-}" ]; then
     tar czf "$W/data_$run.tgz" -C "$work" --exclude=.opsynth "run_$run"
   fi
   if [ -n "${FIRST_FORWARDS:-}" ]; then
