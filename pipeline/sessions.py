@@ -3,9 +3,9 @@ machine) spends the sum of them, which no single process sees.
 
 Each `generate` process writes its own file under the work folder, `sessions/<start>-<pid>.json`, when it starts
 and again every `SESSION_TICK_S` from a background thread, so a process killed outright leaves its time to within
-that tick, with the process's peak resident memory so far. `stats.json` lists them and their sum. A session of the
-command line counts from its process's start (`process_started`): its imports and start-up are time its user
-waits too.
+that tick, with the process's peak resident memory so far and the host it ran on. `stats.json` lists them and
+their sum. A session of the command line counts from its process's start (`process_started`): its imports and
+start-up are time its user waits too.
 """
 
 from __future__ import annotations
@@ -47,6 +47,16 @@ def peak_rss_mib() -> float:
     return round(peak / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
 
 
+def host() -> dict:
+    """The CPU this process runs on and the cores it may use: hosts of one GPU kind compile a run's tasks at
+    different speeds, and the run's time and GPU busy share follow them (docs/execution.md)."""
+    cpu = None
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu, "cores": cores}
+
+
 class SessionClock:
     """Records this process's wall time on the run in `work_root`, from `t0` (monotonic; default now); a
     context manager."""
@@ -57,6 +67,7 @@ class SessionClock:
         self.t0 = time.monotonic() if t0 is None else min(t0, time.monotonic())  # the session's start
         self.started = datetime.fromtimestamp(time.time() - self.elapsed(), UTC)
         self.path = workfiles.join(self.folder, f"{self.started.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json")
+        self._host = host()
         self._tick_s = tick_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="opsynth-session-clock", daemon=True)
@@ -73,6 +84,7 @@ class SessionClock:
             "started": self.started.isoformat(timespec="seconds"),
             "wall_s": round(self.elapsed(), 1),
             "peak_rss_mib": peak_rss_mib(),
+            "host": self._host,
         }
         if self.extra is not None:
             record.update(self.extra())

@@ -2,6 +2,7 @@
 the command line counts from its process's start."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -26,6 +27,9 @@ def test_a_process_records_its_time_as_it_goes_and_when_it_ends(tmp_path):
     (record,) = read_sessions(str(tmp_path))
     assert record["finished"] is True and record["wall_s"] >= 0.3
     assert record["peak_rss_mib"] >= 10  # this Python process, with pytest and torch loaded
+    assert record["host"]["cores"] >= 1 and record["host"]["cores"] <= os.cpu_count()
+    cpu = record["host"]["cpu"]
+    assert cpu is None if not Path("/proc/cpuinfo").exists() else isinstance(cpu, str) and cpu
 
 
 def test_a_session_counts_from_the_start_it_is_given(tmp_path):
