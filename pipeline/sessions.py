@@ -48,13 +48,13 @@ def peak_rss_mib() -> float:
 
 
 def host() -> dict:
-    """The CPU this process runs on and the cores it may use: hosts of one GPU kind compile a run's tasks at
-    different speeds, and the run's time and GPU busy share follow them (docs/execution.md)."""
+    """The CPU this process runs on and its cores, as the run counts them to size its workers: hosts of one GPU
+    kind compile a run's tasks at different speeds, and the run's time and GPU busy share follow them
+    (docs/execution.md)."""
     cpu = None
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cores": cores}
+    return {"cpu": cpu, "cores": os.cpu_count()}
 
 
 class SessionClock:
