@@ -14,10 +14,12 @@
 # ("a b a b": a machine can grow faster run after run, so alternate and compare neighbours); its later runs' files are
 # NAME.2, NAME.3 and so on where the list below says NAME. Writes to $OUT (default gpu-out): machine.txt (the GPU,
 # the cores, the CPU's model and one core's Python speed), NAME.stats.json, NAME.samples (time, GPU use, memory),
-# NAME.gpu.jsonl (the run's own samples, with where its workers were), NAME.progress.tgz (each execution's verdict,
+# NAME.cpu (time, the host's first /proc/stat line, every second), NAME.gpu.jsonl (the run's own samples, with where
+# its workers were), NAME.progress.tgz (each execution's verdict,
 # its phases' seconds included), NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log, with RECHECK
 # recheck_NAME.jsonl/.log, with either the run's dataset as data_NAME.tgz, and summary.txt, one block per run (its
-# busy share as the run measured it, and as NAME.samples read over the same stretch); everything is packed into
+# busy share as the run measured it, and as NAME.samples read over the same stretch; the host's cores' busy share over
+# it, and while the GPU idled); everything is packed into
 # all.tgz after each run. FIRST_FORWARDS (options of `python -m opsynth.bench.first_forwards`, "--longest 60" say)
 # times the run's longest first forwards again alone after it: first_forwards_NAME.txt/.jsonl/.err. DEVICE=cpu
 # (default cuda) runs the same on the CPU, to try the script.
@@ -41,9 +43,9 @@ for name in $ORDER; do
 done
 pack() { tar czf "$OUT/all.tgz" -C "$OUT" w; }
 summary() {  # NAME RC: one block of summary.txt from the run's stats.json and nvidia-smi's samples beside it
-  python3 - "$W/$1.stats.json" "$1" "$2" "$W/$1.samples" >> "$W/summary.txt" <<'PY'
+  python3 - "$W/$1.stats.json" "$1" "$2" "$W/$1.samples" "$W/$1.cpu" >> "$W/summary.txt" <<'PY'
 import datetime, json, sys
-path, name, rc, samples = sys.argv[1:]
+path, name, rc, samples, cpu = sys.argv[1:]
 try:
     stats = json.load(open(path))
 except (OSError, ValueError) as e:
@@ -77,6 +79,39 @@ if gpu.get("executing_s"):  # nvidia-smi's samples over the same stretch (the se
             continue  # a line cut short as the sampler was stopped
     if busy:
         print(f"  nvidia-smi over the execution: {sum(busy) / len(busy):.1f} % busy ({len(busy)} samples)")
+    # the host's cores over the same stretch, from /proc/stat's first line: busy = 1 - (idle + iowait) / all
+    host, idle_gpu_host, previous = [], [], None
+    gpu_at = {}
+    for line in lines:
+        fields = [f.strip() for f in line.split(",")]
+        try:
+            gpu_at[fields[0][:19]] = float(fields[1].split()[0])  # by the second
+        except (ValueError, IndexError):
+            continue
+    try:
+        cpu_lines = open(cpu).readlines()
+    except OSError:
+        cpu_lines = []
+    for line in cpu_lines:
+        try:
+            stamp, ticks = line.split(" cpu ")
+            when = datetime.datetime.strptime(stamp.strip()[:26], "%Y/%m/%d %H:%M:%S.%f")
+            counts = [int(x) for x in ticks.split()]
+        except ValueError:
+            continue  # a line cut short as the sampler was stopped
+        if previous is not None and first <= when <= last:
+            delta = [a - b for a, b in zip(counts, previous)]
+            if sum(delta) > 0:
+                share = 1 - (delta[3] + delta[4]) / sum(delta)
+                host.append(share)
+                gpu = gpu_at.get(when.strftime("%Y/%m/%d %H:%M:%S"))
+                if gpu is not None and gpu < 10:
+                    idle_gpu_host.append(share)
+        previous = counts
+    if host:
+        print(f"  host cores over the execution: {100 * sum(host) / len(host):.1f} % busy ({len(host)} samples);",
+              f"while nvidia-smi read under 10 %: {100 * sum(idle_gpu_host) / max(1, len(idle_gpu_host)):.1f} %",
+              f"({len(idle_gpu_host)} samples)")
 PY
 }
 declare -A runs  # how many times each build has run so far
@@ -89,12 +124,14 @@ for name in $ORDER; do
   mkdir -p "$caches/home"
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 1000 > "$W/$run.samples" &
   monitor=$!
+  while :; do echo "$(date '+%Y/%m/%d %H:%M:%S.%6N') $(head -n 1 /proc/stat)"; sleep 1; done > "$W/$run.cpu" &
+  cpu_monitor=$!
   PYTHONPATH="$work/pkg_$name:${PYTHONPATH:-}" HOME="$caches/home" TORCHINDUCTOR_CACHE_DIR="$caches/inductor" \
     TRITON_CACHE_DIR="$caches/triton" CUDA_CACHE_PATH="$caches/nv" timeout "${RUN_S:-240}" python3 -m opsynth generate \
     --out "$work/run_$run" --num-samples "${ROWS:-600}" --device "${DEVICE:-cuda}" --seed 11 ${!args:-} \
     > "$W/$run.out" 2> "$W/$run.err"
   rc=$?
-  kill "$monitor"
+  kill "$monitor" "$cpu_monitor"
   cp "$work/run_$run/stats.json" "$W/$run.stats.json" 2>/dev/null
   find "$work/run_$run/.opsynth" -name '*.gpu.jsonl' -exec cat {} + > "$W/$run.gpu.jsonl" 2>/dev/null
   tar czf "$W/$run.progress.tgz" -C "$work/run_$run/.opsynth" progress 2>/dev/null  # each execution's verdict
