@@ -5,10 +5,10 @@ record (`sessions/<record>.gpu.jsonl` in the run's work folder):
 
 For each file and GPU: the samples' mean busy share; the mean number of workers in each state over the samples
 under `--idle` busy and over those above 1 - `--idle` (both ends of NVML's scale, where the stats' weighted means
-blur them); the idle seconds of its execution by cause (see `idle_causes`); how busy the GPU was in each state of
-its lock, fitted over the samples (see `lock_activity`), with the shares of each sample's whole period and of its
-last 1/6 s (NVML's period is one of them); and the longest stretches of consecutive samples under `--idle`, each
-with its workers' mean states.
+blur them); the idle seconds of its execution by cause (see `idle_causes`); the host's cores' busy share over the
+samples, the idle ones and the busy ones; how busy the GPU was in each state of its lock, fitted over the samples
+(see `lock_activity`), with the shares of each sample's whole period and of its last 1/6 s (NVML's period is one of
+them); and the longest stretches of consecutive samples under `--idle`, each with its workers' mean states.
 """
 
 from __future__ import annotations
@@ -79,7 +79,11 @@ def idle_cause(states: dict[str, float]) -> str:
 
 def execution(samples: list[dict], gpu: int) -> list[dict]:
     """The samples from the first in which a worker held `gpu` to the last (its execution)."""
-    held = [k for k, s in enumerate(samples) if any(st.startswith(("sharing:", "alone:")) for st in s["workers"][gpu])]
+    held = [
+        k
+        for k, s in enumerate(samples)
+        if "workers" in s and any(state.startswith(("sharing:", "alone:")) for state in s["workers"][gpu])
+    ]  # none where no worker's state was sampled (a session without its pool)
     return samples[held[0] : held[-1] + 1] if held else []
 
 
@@ -90,6 +94,12 @@ def idle_causes(samples: list[dict], gpu: int) -> dict[str, float]:
     for before, sample in pairwise(execution(samples, gpu)):
         causes[idle_cause(sample["workers"][gpu])] += (1 - sample["busy"][gpu]) * (sample["t"] - before["t"])
     return {cause: round(seconds, 2) for cause, seconds in causes.most_common()}
+
+
+def host_share(samples: list[dict]) -> str:
+    """The host's cores' mean busy share over the `samples` that read it, and how many did."""
+    shares = [s["host"] for s in samples if "host" in s]
+    return f"{sum(shares) / len(shares):.2f} ({len(shares)})" if shares else "none read"
 
 
 def lock_activity(samples: list[dict], gpu: int, key: str = "lock") -> dict | None:
@@ -134,6 +144,9 @@ def report(samples: list[dict], idle: float, stalls: int) -> list[str]:
         lines.append(f"  over {1 - idle:g} busy ({len(high)} samples): {mean_states(high, gpu)}")
         if all("workers" in s for s in samples):
             lines.append(f"  idle seconds by cause: {idle_causes(samples, gpu)}")
+        if any("host" in s for s in samples):  # busy cores beside an idle GPU: the host's work bounds it
+            lines.append(f"  host cores busy: {host_share(samples)} over all samples, {host_share(low)} over those "
+                         f"under {idle:g} busy, {host_share(high)} over those over {1 - idle:g}")  # fmt: skip
         for key, span in (("lock", "whole period"), ("lock_recent", "last 1/6 s")):
             if (fit := lock_activity(samples, gpu, key)) is not None:
                 states = ", ".join(

@@ -2,7 +2,8 @@
 a kernel ran), sampled in a background thread, so a run can say what share of its execution kept them busy, and
 where its workers were while a GPU idled; between two samples, what each GPU's lock was doing (`lock_state`),
 read every LOCK_PERIOD_S, for the share of each sample's period it spent so (NVML's period is too long to tell a
-timing's hold from the drain before it).
+timing's hold from the drain before it); and with each sample the host's cores' clock ticks (`host_ticks`): a
+GPU idle beside busy cores waits on the host's work (the compiles), beside idle ones on its own scheduling.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
+from itertools import pairwise
 
 SAMPLE_PERIOD_S = 0.5  # NVML's own sample period is 1/6 s to 1 s
 LOCK_PERIOD_S = 0.02  # how often the lock's state is read between two samples, where the workers' states are given
@@ -27,6 +29,27 @@ LOCK_STATES = (
     "waiting_to_share",
     "free",
 )
+
+
+PROC_STAT = "/proc/stat"
+
+
+def host_ticks(path: str = PROC_STAT) -> tuple[int, int] | None:
+    """The host's cores' busy and total clock ticks since boot, from the first line of Linux's `/proc/stat` (user,
+    nice, system, idle, iowait, irq, softirq, steal: all but idle and iowait are busy; its guest fields are
+    counted within user already); None where it cannot be read (another system)."""
+    try:
+        with open(path) as f:
+            fields = f.readline().split()
+        if fields[0] != "cpu":
+            return None
+        ticks = [int(field) for field in fields[1:9]]
+    except (OSError, ValueError, IndexError):
+        return None
+    if len(ticks) < 5:
+        return None
+    total = sum(ticks)
+    return total - ticks[3] - ticks[4], total
 
 
 def lock_state(states: Mapping[str, int]) -> str:
@@ -63,6 +86,7 @@ class GpuBusyMonitor:
         # per sample where states are given: (time, per GPU the share of the sample's period its lock spent in each
         # of LOCK_STATES, and the same over its last RECENT_S)
         self.lock_samples: list[tuple[float, list[dict], list[dict]]] = []
+        self.host_samples: list[tuple[float, tuple[int, int]]] = []  # (time, the host's busy and total ticks)
         # (time, per GPU its lock's state) read since the last sample; bounded where samples fail to be taken
         self._ticks: deque = deque(maxlen=max(16, int(4 * period_s / LOCK_PERIOD_S)))
         self.unavailable: str | None = None
@@ -102,6 +126,8 @@ class GpuBusyMonitor:
                     continue
                 last = now
                 self.samples.append((now, self._sample()))
+                if (ticks := host_ticks()) is not None:
+                    self.host_samples.append((now, ticks))
                 if states is not None:
                     self.state_samples.append((now, states))
                     self.lock_samples.append((now, self._shares(now - self.period_s), self._shares(now - RECENT_S)))
@@ -134,16 +160,31 @@ class GpuBusyMonitor:
             return None
         return [round(sum(s[d] for s in taken) / len(taken), 3) for d in range(len(self.devices))]
 
+    def host_busy(self, start: float, end: float) -> float | None:
+        """The share of the host's cores' time busy between the first and the last host sample taken between
+        `start` and `end` (monotonic times); None where fewer than two were."""
+        taken = [ticks for t, ticks in list(self.host_samples) if start <= t <= end]
+        if len(taken) < 2 or taken[-1][1] <= taken[0][1]:
+            return None
+        return round((taken[-1][0] - taken[0][0]) / (taken[-1][1] - taken[0][1]), 3)
+
     def series(self, t0: float) -> list[dict]:
         """Every sample as a record: `t`, its seconds after `t0` (monotonic); `busy`, each GPU's busy fraction;
         and where the workers' states were sampled, `workers`, per GPU the number of its workers in each state:
         when the GPU idled, not only how much; `lock` and `lock_recent`, per GPU the share of the sample's period
-        (of its last RECENT_S) its lock spent in each of LOCK_STATES."""
+        (of its last RECENT_S) its lock spent in each of LOCK_STATES; `host`, the share of the host's cores' time
+        busy since the sample before."""
         states = dict(self.state_samples)
         locks = {t: (whole, recent) for t, whole, recent in list(self.lock_samples)}
+        host = {}
+        for (_, before), (t, after) in pairwise(list(self.host_samples)):
+            if after[1] > before[1]:
+                host[t] = round((after[0] - before[0]) / (after[1] - before[1]), 2)
         records = []
         for t, used in list(self.samples):
             record = {"t": round(t - t0, 2), "busy": list(used)}
+            if t in host:
+                record["host"] = host[t]
             if t in states:
                 record["workers"] = [per_gpu(states[t], d) for d in self.devices]
             if t in locks:

@@ -132,7 +132,8 @@ def _effort(stats: dict) -> list[str]:
     busy = stats.get("gpu_busy") or {}
     if busy.get("per_gpu"):
         gpus = ", ".join(f"{100 * b:.0f} %" for b in busy["per_gpu"])
-        line += f"); GPU busy {gpus} from the first execution to the last (NVML, over {busy['executing_s']:g} s)."
+        host = f"; the host's cores {100 * busy['host_cores']:.0f} % busy meanwhile" if "host_cores" in busy else ""
+        line += f"); GPU busy {gpus} from the first execution to the last (NVML, over {busy['executing_s']:g} s{host})."
     else:
         line += ")."
     return [line, ""]

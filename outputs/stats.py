@@ -48,8 +48,9 @@ def spread(values: list[float]) -> str:
 
 
 def gpu_busy(sessions: list[dict]) -> dict | None:
-    """The GPU busy fraction per GPU (NVML, sampled during execution) from the first execution to the last,
-    over every session of the run, weighted by each one's span; None where no session watched a GPU."""
+    """The GPU busy fraction per GPU (NVML, sampled during execution) from the first execution to the last, and
+    the host's cores' busy share meanwhile (`host_cores`), over every session of the run, weighted by each one's
+    span; None where no session watched a GPU."""
     watched = [s["gpu"] for s in sessions if isinstance(s.get("gpu"), dict)]
     spans = [g for g in watched if g.get("busy_fraction") and g.get("executing_s")]
     if not spans:
@@ -68,6 +69,10 @@ def gpu_busy(sessions: list[dict]) -> dict | None:
         "before_first_execution_s": round(sum(g.get("first_execution_s", 0.0) for g in spans), 1),
         "sampled_by": f"NVML utilization every {SAMPLE_PERIOD_S:g} s, from each session's first execution to its last",
     }
+    hosts = [g for g in spans if g.get("host_busy_fraction") is not None]  # none from older code, or off Linux
+    if hosts:  # the host's cores meanwhile: near 1, the host's work (compiles) bounds the GPU's
+        seconds = sum(g["executing_s"] for g in hosts)
+        busy["host_cores"] = round(sum(g["host_busy_fraction"] * g["executing_s"] for g in hosts) / seconds, 3)
     for key, share in (("while_idle", "idle"), ("while_busy", "busy")):
         if states := workers_meanwhile([g[key] for g in spans if g.get(key)], share):
             busy[key] = states

@@ -132,12 +132,12 @@ def _interrupted(error: BaseException | None) -> bool:
 
 
 def gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: float, shapes=None) -> dict:
-    """This process's GPU busy fraction per GPU (NVML) from its first execution to its last, for its session
-    record, with when (seconds after the session's start `t0`) its execution workers began to start (and how
-    long their pool had waited for the libraries' bytecode before) and were all up, its shape check's workers
-    (`shapes`, the pool round 0's CPU stages wait for) too, when the first execution began, and how many workers
-    were replaced meanwhile; empty where the GPUs are not watched here (CPU runs, workers on a distributed
-    runner's machines)."""
+    """This process's GPU busy fraction per GPU (NVML) from its first execution to its last, and its host's cores'
+    busy share meanwhile, for its session record, with when (seconds after the session's start `t0`) its
+    execution workers began to start (and how long their pool had waited for the libraries' bytecode before) and
+    were all up, its shape check's workers (`shapes`, the pool round 0's CPU stages wait for) too, when the first
+    execution began, and how many workers were replaced meanwhile; empty where the GPUs are not watched here (CPU
+    runs, workers on a distributed runner's machines)."""
     if monitor is None or pool is None:
         return {}
     if monitor.unavailable:
@@ -148,6 +148,7 @@ def gpu_record(monitor: GpuBusyMonitor | None, pool: WorkerPool | None, t0: floa
     record = {
         "executing_s": round(span, 1),
         "busy_fraction": monitor.busy(pool.first_handed, pool.last_done),
+        "host_busy_fraction": monitor.host_busy(pool.first_handed, pool.last_done),  # the host's cores, meanwhile
         "first_execution_s": round(pool.first_handed - t0, 1),
         "workers_started_s": round(pool.started_at - t0, 1),
         "bytecode_wait_s": round(pool.bytecode_wait_s, 1),  # before that start, waiting for the libraries' bytecode

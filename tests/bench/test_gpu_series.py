@@ -82,3 +82,18 @@ def test_the_gpus_busy_share_in_each_state_of_its_lock_is_fitted_over_the_sample
     assert fit["states"]["timing"]["seconds"] == 1.1 and fit["states"]["timing"]["idle_s"] == 0.3
     assert lock_activity(samples, 0, "lock_recent") is None
     assert any(line.startswith("  lock states (whole period of 5 samples") for line in report(samples, 0.1, 0))
+
+
+def test_the_hosts_cores_are_told_beside_the_gpus_idle_and_busy_samples():
+    samples = [
+        {"t": 0.5, "busy": [0.0], "host": 0.9},
+        {"t": 1.0, "busy": [0.0], "host": 0.7},
+        {"t": 1.5, "busy": [1.0], "host": 0.5},
+        {"t": 2.0, "busy": [0.5]},  # its host not read
+    ]
+    for sample in samples:
+        sample["workers"] = [{"compile": 3, "alone:eager_timing": 1}]
+    line = [line for line in report(samples, 0.1, 0) if "host cores" in line]
+    assert line == ["  host cores busy: 0.70 (3) over all samples, 0.80 (2) over those under 0.1 busy, 0.50 (1) over "
+                    "those over 0.9"]  # fmt: skip
+    assert not any("host cores" in line for line in report([{"t": 0.5, "busy": [0.0]}], 0.1, 0))

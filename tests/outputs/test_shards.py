@@ -90,7 +90,10 @@ def test_card_front_matter_is_hub_yaml():
     card = render_card(stats, {"default": info, "rejected": {**info, "num_examples": 300}})
     assert ("1900 executions on the device (1.267 per row; 120 of them first tries stopped at a first timed forward"
             " over their ceiling; 4 tasks run again alone, out of memory beside the others); GPU busy 80 % from the"
-            " first execution to the last") in card  # fmt: skip
+            " first execution to the last (NVML, over 500 s).") in card  # fmt: skip
+    stats["gpu_busy"]["host_cores"] = 0.716
+    card = render_card(stats, {"default": info, "rejected": {**info, "num_examples": 300}})
+    assert "GPU busy 80 % from the first execution to the last (NVML, over 500 s; the host's cores 72 % busy" in card
 
 
 def test_two_folders_of_the_same_name_do_not_share_a_datasets_cache(tmp_path):

@@ -1,4 +1,5 @@
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -19,12 +20,38 @@ def test_gpu_busy_is_weighted_by_each_sessions_span_of_execution():
     assert gpu_busy([{"wall_s": 1.0, "gpu": {"unavailable": "no GPU"}}]) == {"unavailable": "no GPU"}
 
 
+def test_the_hosts_cores_are_read_from_proc_stat_and_weighted_like_the_gpus(tmp_path):
+    from opsynth.filters.gpu_busy import host_ticks
+
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice: guest is counted within user already
+    stat.write_text("cpu  100 0 50 800 40 5 5 0 30 0\ncpu0 50 0 25 400 20 2 3 0 15 0\n")
+    assert host_ticks(str(stat)) == (160, 1000)
+    stat.write_text("intr 1 2 3\n")
+    assert host_ticks(str(stat)) is None
+    assert host_ticks(str(tmp_path / "absent")) is None
+    if os.path.exists("/proc/stat"):
+        busy, total = host_ticks()
+        assert 0 <= busy <= total
+
+    sessions = [
+        {"wall_s": 50.0, "gpu": {"executing_s": 30.0, "busy_fraction": [0.9], "host_busy_fraction": 0.8}},
+        {"wall_s": 50.0, "gpu": {"executing_s": 10.0, "busy_fraction": [0.5], "host_busy_fraction": 0.4}},
+        {"wall_s": 50.0, "gpu": {"executing_s": 10.0, "busy_fraction": [0.5], "host_busy_fraction": None}},
+    ]
+    assert gpu_busy(sessions)["host_cores"] == 0.7
+    assert "host_cores" not in gpu_busy(sessions[2:])  # older code, or a host without /proc/stat
+
+
 def test_the_monitor_averages_only_the_samples_inside_a_span():
     monitor = GpuBusyMonitor()
     monitor.devices = [0, 1]
     monitor.samples = [(1.0, (0.0, 0.0)), (2.0, (1.0, 0.5)), (3.0, (0.5, 0.5)), (9.0, (0.0, 0.0))]
     assert monitor.busy(1.5, 3.5) == [0.75, 0.5]
     assert monitor.busy(4.0, 5.0) is None
+    monitor.host_samples = [(1.0, (0, 0)), (2.0, (10, 100)), (3.0, (70, 200)), (9.0, (70, 300))]
+    assert monitor.host_busy(1.5, 3.5) == 0.6  # from the sample at 2.0 to the one at 3.0
+    assert monitor.host_busy(2.5, 3.5) is None  # one sample: no span
 
 
 def test_where_the_workers_were_is_weighted_by_their_gpus_idle_or_busy_share():
@@ -55,6 +82,7 @@ def test_the_monitors_series_says_when_each_gpu_idled_and_where_its_workers_were
     monitor.devices = [0, 1]
     monitor.samples = [(11.0, (1.0, 0.0)), (11.5, (0.25, 0.5))]
     monitor.state_samples = [(11.0, Counter({(0, "compile"): 3, (1, "waiting_to_time"): 2, (1, "no_task"): 1}))]
+    monitor.host_samples = [(11.0, (100, 1000)), (11.5, (175, 1100))]
     session = SessionClock(str(tmp_path), t0=10.0)
     with session:
         write_gpu_series(monitor, session)
@@ -63,7 +91,7 @@ def test_the_monitors_series_says_when_each_gpu_idled_and_where_its_workers_were
     lines = [json.loads(line) for line in Path(path).read_text().splitlines()]
     assert lines == [
         {"t": 1.0, "busy": [1.0, 0.0], "workers": [{"compile": 3}, {"no_task": 1, "waiting_to_time": 2}]},
-        {"t": 1.5, "busy": [0.25, 0.5]},  # no states sampled with it
+        {"t": 1.5, "busy": [0.25, 0.5], "host": 0.75},  # no states sampled with it; the host's since the last
     ]
     assert len(read_sessions(str(tmp_path))) == 1  # the series is not read as a session's record
 
@@ -128,4 +156,6 @@ def test_the_monitor_reads_its_gpus_lock_between_samples_and_keeps_each_samples_
         assert whole == recent == [{"timing": 1.0}, {"free": 1.0}]
     record = monitor.series(0.0)[0]
     assert record["lock"] == record["lock_recent"] == [{"timing": 1.0}, {"free": 1.0}]
+    if os.path.exists("/proc/stat"):  # the host's cores read with each sample
+        assert len(monitor.host_samples) == len(monitor.samples)
     assert record["workers"] == [{"alone:eager_timing": 1, "waiting_to_share": 1}, {"compile": 1}]

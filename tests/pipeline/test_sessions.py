@@ -72,14 +72,15 @@ def test_a_sessions_gpu_record_says_when_its_workers_started_and_how_long_they_w
     from opsynth.pipeline.run import gpu_record
 
     idle = {"seconds": 12.0, "workers": {"compile": 7.0}}
-    monitor = SimpleNamespace(unavailable=None, busy=lambda start, end: [0.9],
+    monitor = SimpleNamespace(unavailable=None, busy=lambda start, end: [0.9], host_busy=lambda start, end: 0.75,
                               workers_while=lambda start, end, busy: None if busy else idle)  # fmt: skip
     pool = SimpleNamespace(first_handed=130.0, last_done=250.0, started_at=107.5, bytecode_wait_s=4.04, replaced=0,
                            ready_at=118.0, compiling_in_process=0)  # fmt: skip
     shapes = SimpleNamespace(ready_at=112.0)
     assert gpu_record(monitor, pool, 100.0, shapes) == {
         "gpu": {
-            "executing_s": 120.0, "busy_fraction": [0.9], "first_execution_s": 30.0, "workers_started_s": 7.5,
+            "executing_s": 120.0, "busy_fraction": [0.9], "host_busy_fraction": 0.75, "first_execution_s": 30.0,
+            "workers_started_s": 7.5,
             "bytecode_wait_s": 4.0, "workers_replaced": 0, "workers_ready_s": 18.0, "shape_workers_ready_s": 12.0,
             "while_idle": idle,
         }
