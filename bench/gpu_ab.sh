@@ -54,7 +54,8 @@ gpu, counts = stats["timings_s"]["sessions"][0].get("gpu", {}), stats["counts"] 
 idle = gpu.get("while_idle", {})
 print(name, "exit", rc, "sessions_total", stats["timings_s"]["sessions_total"], "busy", gpu.get("busy_fraction"),
       "over", gpu.get("executing_s"), "before", gpu.get("first_execution_s"), "executions", counts["executions"],
-      "per row", counts["executions_per_row"], "ceiling stops", counts.get("ceiling_stops"))
+      "per row", counts["executions_per_row"], "ceiling stops", counts.get("ceiling_stops"),
+      "host cores busy", gpu.get("host_busy_fraction"))  # the run's own reading (builds before it: None)
 print("  rounds (round, wall_s, candidates, executions):",
       [(r["round"], r["wall_s"], r["candidates"], r["executions"]) for r in stats["rounds"]])
 print("  idle", idle.get("seconds"), "s; workers meanwhile:",
