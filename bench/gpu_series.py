@@ -5,7 +5,8 @@ record (`sessions/<record>.gpu.jsonl` in the run's work folder):
 
 For each file and GPU: the samples' mean busy share; the mean number of workers in each state over the samples
 under `--idle` busy and over those above 1 - `--idle` (both ends of NVML's scale, where the stats' weighted means
-blur them); the idle seconds of its execution by cause (see `idle_causes`); the host's cores' busy share over the
+blur them); the idle seconds of its execution by cause (see `idle_causes`); how its workers' compiles bunch (see
+`compile_bunching`); the host's cores' busy share over the
 samples, the idle ones and the busy ones; how busy the GPU was in each state of its lock, fitted over the samples
 (see `lock_activity`), with the shares of each sample's whole period and of its last 1/6 s (NVML's period is one of
 them); and the longest stretches of consecutive samples under `--idle`, each with its workers' mean states.
@@ -96,6 +97,25 @@ def idle_causes(samples: list[dict], gpu: int) -> dict[str, float]:
     return {cause: round(seconds, 2) for cause, seconds in causes.most_common()}
 
 
+def compile_bunching(samples: list[dict], gpu: int) -> dict | None:
+    """How `gpu`'s workers compiling bunch over its execution: the mean number compiling at a sample, the variance
+    of that number, and its ratio to the variance were each worker compiling independently of the others at the
+    same mean share (a binomial's); over 1, their compiles come together, and with them the GPU's idle spells."""
+    counts = [(s["workers"][gpu].get("compile", 0), sum(s["workers"][gpu].values())) for s in execution(samples, gpu)]
+    workers = sum(n for _, n in counts)
+    if len(counts) < 2 or not workers:
+        return None
+    share = sum(c for c, _ in counts) / workers
+    mean = sum(c for c, _ in counts) / len(counts)
+    variance = sum((c - mean) ** 2 for c, _ in counts) / len(counts)
+    independent = sum(n * share * (1 - share) for _, n in counts) / len(counts)
+    return {
+        "mean": round(mean, 2),
+        "variance": round(variance, 2),
+        "ratio": round(variance / independent, 2) if independent else None,
+    }
+
+
 def host_share(samples: list[dict]) -> str:
     """The host's cores' mean busy share over the `samples` that read it, and how many did."""
     shares = [s["host"] for s in samples if "host" in s]
@@ -144,6 +164,9 @@ def report(samples: list[dict], idle: float, stalls: int) -> list[str]:
         lines.append(f"  over {1 - idle:g} busy ({len(high)} samples): {mean_states(high, gpu)}")
         if all("workers" in s for s in samples):
             lines.append(f"  idle seconds by cause: {idle_causes(samples, gpu)}")
+            if (bunch := compile_bunching(samples, gpu)) is not None:
+                lines.append(f"  workers compiling at a sample: mean {bunch['mean']}, variance {bunch['variance']}, "
+                             f"{bunch['ratio']} times that of independent workers")  # fmt: skip
         if any("host" in s for s in samples):  # busy cores beside an idle GPU: the host's work bounds it
             lines.append(f"  host cores busy: {host_share(samples)} over all samples, {host_share(low)} over those "
                          f"under {idle:g} busy, {host_share(high)} over those over {1 - idle:g}")  # fmt: skip

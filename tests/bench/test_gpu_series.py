@@ -28,7 +28,8 @@ def test_a_runs_series_tells_its_idle_stretches_and_who_held_the_gpu_then(tmp_pa
     assert lines[1] == f"  under 0.1 busy (4 samples): {stalled}"
     assert lines[2] == "  over 0.9 busy (2 samples): {'compile': 7.0, 'alone:eager_timing': 1.0}"
     assert lines[3].startswith("  idle seconds by cause: {'timings wait for a first forward': 1.98")
-    assert lines[4].startswith("  0.5-1.5 s (3 samples): {'compile': 5.0") and len(lines) == 5
+    assert lines[4].startswith("  workers compiling at a sample: mean 5.86, variance 0.98")
+    assert lines[5].startswith("  0.5-1.5 s (3 samples): {'compile': 5.0") and len(lines) == 6
     main([path, "--stalls", "2"])
     assert "2.5-2.5 s (1 samples)" in capsys.readouterr().out
 
@@ -97,3 +98,19 @@ def test_the_hosts_cores_are_told_beside_the_gpus_idle_and_busy_samples():
     assert line == ["  host cores busy: 0.70 (3) over all samples, 0.80 (2) over those under 0.1 busy, 0.50 (1) over "
                     "those over 0.9"]  # fmt: skip
     assert not any("host cores" in line for line in report([{"t": 0.5, "busy": [0.0]}], 0.1, 0))
+
+
+def test_workers_compiling_together_read_as_more_variance_than_independent_ones():
+    from opsynth.bench.gpu_series import compile_bunching
+
+    def sample(t, compiling):  # 4 workers and one timing: those not compiling wait to share the GPU
+        return {"t": t, "busy": [0.5], "workers": [{"compile": compiling, "waiting_to_share": 4 - compiling,
+                                                    "alone:eager_timing": 1}]}  # fmt: skip
+
+    together = [sample(t / 2, 4 if t % 2 else 0) for t in range(8)]  # four or none of five: 2 / 5 of them on average
+    assert compile_bunching(together, 0) == {"mean": 2.0, "variance": 4.0, "ratio": 3.33}  # against 5 * 0.4 * 0.6
+    steady = [sample(t / 2, 2) for t in range(8)]
+    assert compile_bunching(steady, 0) == {"mean": 2.0, "variance": 0.0, "ratio": 0.0}
+    assert compile_bunching(steady[:1], 0) is None
+    lines = report(together, 0.1, 0)
+    assert "  workers compiling at a sample: mean 2.0, variance 4.0, 3.33 times that of independent workers" in lines
