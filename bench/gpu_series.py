@@ -6,10 +6,11 @@ record (`sessions/<record>.gpu.jsonl` in the run's work folder):
 For each file and GPU: the samples' mean busy share; the mean number of workers in each state over the samples
 under `--idle` busy and over those above 1 - `--idle` (both ends of NVML's scale, where the stats' weighted means
 blur them); the idle seconds of its execution by cause (see `idle_causes`); how its workers' compiles bunch (see
-`compile_bunching`); the host's cores' busy share over the
-samples, the idle ones and the busy ones; how busy the GPU was in each state of its lock, fitted over the samples
-(see `lock_activity`), with the shares of each sample's whole period and of its last 1/6 s (NVML's period is one of
-them); and the longest stretches of consecutive samples under `--idle`, each with its workers' mean states.
+`compile_bunching`) and, where the run counted them, when they began and after what (see `compile_entries`); the
+host's cores' busy share over the samples, the idle ones and the busy ones; how busy the GPU was in each state of
+its lock, fitted over the samples (see `lock_activity`), with the shares of each sample's whole period and of its
+last 1/6 s (NVML's period is one of them); and the longest stretches of consecutive samples under `--idle`, each
+with its workers' mean states.
 """
 
 from __future__ import annotations
@@ -116,6 +117,30 @@ def compile_bunching(samples: list[dict], gpu: int) -> dict | None:
     }
 
 
+def compile_entries(samples: list[dict], gpu: int) -> dict | None:
+    """The workers of `gpu` that began to compile over its execution (the samples' `into_compile`): how many, the
+    share that came from each state (most first), and the variance of their number per sample over its mean (about
+    1 where each begins independently of the others; more where they begin together); None where no sample counted
+    them (older code)."""
+    samples = execution(samples, gpu)
+    if not any("into_compile" in s for s in samples):
+        return None
+    per_sample = [sum(s.get("into_compile", [{}] * (gpu + 1))[gpu].values()) for s in samples]
+    total = sum(per_sample)
+    if not total:
+        return None
+    origins = Counter()
+    for s in samples:
+        origins.update(s.get("into_compile", [{}] * (gpu + 1))[gpu])
+    mean = total / len(per_sample)
+    variance = sum((n - mean) ** 2 for n in per_sample) / len(per_sample)
+    return {
+        "entries": total,
+        "from": {state: round(n / total, 2) for state, n in origins.most_common()},
+        "dispersion": round(variance / mean, 2),
+    }
+
+
 def host_share(samples: list[dict]) -> str:
     """The host's cores' mean busy share over the `samples` that read it, and how many did."""
     shares = [s["host"] for s in samples if "host" in s]
@@ -167,6 +192,9 @@ def report(samples: list[dict], idle: float, stalls: int) -> list[str]:
             if (bunch := compile_bunching(samples, gpu)) is not None:
                 lines.append(f"  workers compiling at a sample: mean {bunch['mean']}, variance {bunch['variance']}, "
                              f"{bunch['ratio']} times that of independent workers")  # fmt: skip
+            if (entries := compile_entries(samples, gpu)) is not None:
+                lines.append(f"  compiles begun: {entries['entries']}, per sample variance / mean "
+                             f"{entries['dispersion']}; from {entries['from']}")  # fmt: skip
         if any("host" in s for s in samples):  # busy cores beside an idle GPU: the host's work bounds it
             lines.append(f"  host cores busy: {host_share(samples)} over all samples, {host_share(low)} over those "
                          f"under {idle:g} busy, {host_share(high)} over those over {1 - idle:g}")  # fmt: skip

@@ -2,8 +2,9 @@
 a kernel ran), sampled in a background thread, so a run can say what share of its execution kept them busy, and
 where its workers were while a GPU idled; between two samples, what each GPU's lock was doing (`lock_state`),
 read every LOCK_PERIOD_S, for the share of each sample's period it spent so (NVML's period is too long to tell a
-timing's hold from the drain before it); and with each sample the host's cores' clock ticks (`host_ticks`): a
-GPU idle beside busy cores waits on the host's work (the compiles), beside idle ones on its own scheduling.
+timing's hold from the drain before it), and which workers began to compile, from what; and with each sample the
+host's cores' clock ticks (`host_ticks`): a GPU idle beside busy cores waits on the host's work (the compiles),
+beside idle ones on its own scheduling.
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ class GpuBusyMonitor:
         # of LOCK_STATES, and the same over its last RECENT_S)
         self.lock_samples: list[tuple[float, list[dict], list[dict]]] = []
         self.host_samples: list[tuple[float, tuple[int, int]]] = []  # (time, the host's busy and total ticks)
+        # per sample where states are given: (time, per (GPU, state before) the workers that began to compile since
+        # the sample before, as read every LOCK_PERIOD_S): whether compiles start together, and after what
+        self.compile_entries: list[tuple[float, Counter]] = []
+        self._entries: Counter = Counter()
+        self._listed: list[tuple] = []  # the workers' states at the last read, in the pool's order
         # (time, per GPU its lock's state) read since the last sample; bounded where samples fail to be taken
         self._ticks: deque = deque(maxlen=max(16, int(4 * period_s / LOCK_PERIOD_S)))
         self.unavailable: str | None = None
@@ -119,9 +125,11 @@ class GpuBusyMonitor:
         while not self._stop.wait(tick):
             with contextlib.suppress(Exception):  # one unreadable sample is a gap, not a failed run
                 now = time.monotonic()
-                states = Counter(self.states()) if self.states is not None else None
+                listed = self.states() if self.states is not None else None
+                states = Counter(listed) if listed is not None else None
                 if states is not None:
                     self._ticks.append((now, [lock_state(per_gpu(states, d)) for d in self.devices]))
+                    self._note_entries(listed)
                 if now < last + self.period_s - tick / 2:
                     continue
                 last = now
@@ -131,7 +139,18 @@ class GpuBusyMonitor:
                 if states is not None:
                     self.state_samples.append((now, states))
                     self.lock_samples.append((now, self._shares(now - self.period_s), self._shares(now - RECENT_S)))
+                    self.compile_entries.append((now, self._entries))
+                    self._entries = Counter()
                     self._ticks.clear()
+
+    def _note_entries(self, listed: list[tuple]) -> None:
+        """Count the workers found compiling that were not at the read before, by (GPU, the state they left);
+        none where the pool's size changed between the two reads."""
+        if len(listed) == len(self._listed):
+            for (_, before), (gpu, state) in zip(self._listed, listed, strict=True):
+                if state == "compile" and before != "compile":
+                    self._entries[(gpu, before)] += 1
+        self._listed = list(listed)
 
     def _shares(self, since: float) -> list[dict]:
         """Per GPU, the share of the lock states read after `since` (since the last sample) in each state."""
@@ -172,9 +191,11 @@ class GpuBusyMonitor:
         """Every sample as a record: `t`, its seconds after `t0` (monotonic); `busy`, each GPU's busy fraction;
         and where the workers' states were sampled, `workers`, per GPU the number of its workers in each state:
         when the GPU idled, not only how much; `lock` and `lock_recent`, per GPU the share of the sample's period
-        (of its last RECENT_S) its lock spent in each of LOCK_STATES; `host`, the share of the host's cores' time
-        busy since the sample before."""
+        (of its last RECENT_S) its lock spent in each of LOCK_STATES; `into_compile`, per GPU the workers that began
+        to compile since the sample before, by the state they left (where any did); `host`, the share of the host's
+        cores' time busy since the sample before."""
         states = dict(self.state_samples)
+        entries = {t: counts for t, counts in list(self.compile_entries) if counts}
         locks = {t: (whole, recent) for t, whole, recent in list(self.lock_samples)}
         host = {}
         for (_, before), (t, after) in pairwise(list(self.host_samples)):
@@ -189,6 +210,8 @@ class GpuBusyMonitor:
                 record["workers"] = [per_gpu(states[t], d) for d in self.devices]
             if t in locks:
                 record["lock"], record["lock_recent"] = locks[t]
+            if t in entries:
+                record["into_compile"] = [per_gpu(entries[t], d) for d in self.devices]
             records.append(record)
         return records
 

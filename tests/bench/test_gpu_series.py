@@ -114,3 +114,20 @@ def test_workers_compiling_together_read_as_more_variance_than_independent_ones(
     assert compile_bunching(steady[:1], 0) is None
     lines = report(together, 0.1, 0)
     assert "  workers compiling at a sample: mean 2.0, variance 4.0, 3.33 times that of independent workers" in lines
+
+
+def test_compiles_begun_together_read_as_more_variance_than_their_mean():
+    from opsynth.bench.gpu_series import compile_entries
+
+    def sample(t, began):
+        return {"t": t, "busy": [0.5], "workers": [{"compile": 2, "alone:eager_timing": 1}],
+                "into_compile": [{"alone:eager_timing": began, "sharing:compiled_first_run": 1}]}  # fmt: skip
+
+    samples = [sample(t / 2, 5 if t % 4 == 0 else 0) for t in range(8)]  # 1 every sample, 5 more every fourth
+    entries = compile_entries(samples, 0)
+    assert entries["entries"] == 18
+    assert entries["from"] == {"alone:eager_timing": 0.56, "sharing:compiled_first_run": 0.44}
+    assert entries["dispersion"] == 2.08  # variance 4.6875 over a mean of 2.25
+    assert compile_entries([{k: v for k, v in s.items() if k != "into_compile"} for s in samples], 0) is None
+    lines = report(samples, 0.1, 0)
+    assert any(line.startswith("  compiles begun: 18, per sample variance / mean 2.08") for line in lines)

@@ -158,4 +158,20 @@ def test_the_monitor_reads_its_gpus_lock_between_samples_and_keeps_each_samples_
     assert record["lock"] == record["lock_recent"] == [{"timing": 1.0}, {"free": 1.0}]
     if os.path.exists("/proc/stat"):  # the host's cores read with each sample
         assert len(monitor.host_samples) == len(monitor.samples)
+    assert monitor.compile_entries and not any(counts for _, counts in monitor.compile_entries)  # none began
     assert record["workers"] == [{"alone:eager_timing": 1, "waiting_to_share": 1}, {"compile": 1}]
+
+
+def test_the_monitor_counts_the_workers_that_began_to_compile_by_the_state_they_left():
+    monitor = GpuBusyMonitor()
+    monitor.devices = [0, 1]
+    monitor._note_entries([(0, "alone:eager_timing"), (0, "compile"), (1, "waiting_to_share")])  # the first read
+    monitor._note_entries([(0, "compile"), (0, "compile"), (1, "compile")])
+    monitor._note_entries([(0, "compile"), (0, "load"), (1, "compile")])
+    monitor._note_entries([(0, "compile"), (0, "compile"), (1, "compile"), (1, "starting")])  # a worker added
+    assert monitor._entries == Counter({(0, "alone:eager_timing"): 1, (1, "waiting_to_share"): 1})
+    monitor.samples = [(1.0, (0.5, 0.5)), (1.5, (1.0, 0.0))]
+    monitor.compile_entries = [(1.0, monitor._entries), (1.5, Counter())]
+    records = monitor.series(0.0)
+    assert records[0]["into_compile"] == [{"alone:eager_timing": 1}, {"waiting_to_share": 1}]
+    assert "into_compile" not in records[1]  # none began
