@@ -97,7 +97,7 @@ if gpu.get("executing_s"):  # nvidia-smi's samples over the same stretch (the se
         try:
             stamp, ticks = line.split(" cpu ")
             when = datetime.datetime.strptime(stamp.strip()[:26], "%Y/%m/%d %H:%M:%S.%f")
-            counts = [int(x) for x in ticks.split()]
+            counts = [int(x) for x in ticks.split()[:8]]  # guest time is counted within user already
         except ValueError:
             continue  # a line cut short as the sampler was stopped
         if previous is not None and first <= when <= last:

@@ -103,11 +103,11 @@ def compile_bunching(samples: list[dict], gpu: int) -> dict | None:
     of that number, and its ratio to the variance were each worker compiling independently of the others at the
     same mean share (a binomial's); over 1, their compiles come together, and with them the GPU's idle spells."""
     counts = [(s["workers"][gpu].get("compile", 0), sum(s["workers"][gpu].values())) for s in execution(samples, gpu)]
-    workers = sum(n for _, n in counts)
+    compiling, workers = sum(c for c, _ in counts), sum(n for _, n in counts)
     if len(counts) < 2 or not workers:
         return None
-    share = sum(c for c, _ in counts) / workers
-    mean = sum(c for c, _ in counts) / len(counts)
+    share = compiling / workers
+    mean = compiling / len(counts)
     variance = sum((c - mean) ** 2 for c, _ in counts) / len(counts)
     independent = sum(n * share * (1 - share) for _, n in counts) / len(counts)
     return {
@@ -125,13 +125,14 @@ def compile_entries(samples: list[dict], gpu: int) -> dict | None:
     samples = execution(samples, gpu)
     if not any("into_compile" in s for s in samples):
         return None
-    per_sample = [sum(s.get("into_compile", [{}] * (gpu + 1))[gpu].values()) for s in samples]
+    began = [s["into_compile"][gpu] if "into_compile" in s else {} for s in samples]
+    per_sample = [sum(b.values()) for b in began]
     total = sum(per_sample)
     if not total:
         return None
     origins = Counter()
-    for s in samples:
-        origins.update(s.get("into_compile", [{}] * (gpu + 1))[gpu])
+    for b in began:
+        origins.update(b)
     mean = total / len(per_sample)
     variance = sum((n - mean) ** 2 for n in per_sample) / len(per_sample)
     return {

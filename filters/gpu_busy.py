@@ -53,6 +53,13 @@ def host_ticks(path: str = PROC_STAT) -> tuple[int, int] | None:
     return total - ticks[3] - ticks[4], total
 
 
+def tick_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """The share of the host's cores' time busy between two `host_ticks` readings; None where no tick passed."""
+    if after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def lock_state(states: Mapping[str, int]) -> str:
     """What a GPU's lock was doing, from the number of its workers in each state (filters.worker_handle's
     `worker_state`): `timing` (a task holds it alone); `clearing` (a timing waits for memory freed before it to
@@ -183,9 +190,8 @@ class GpuBusyMonitor:
         """The share of the host's cores' time busy between the first and the last host sample taken between
         `start` and `end` (monotonic times); None where fewer than two were."""
         taken = [ticks for t, ticks in list(self.host_samples) if start <= t <= end]
-        if len(taken) < 2 or taken[-1][1] <= taken[0][1]:
-            return None
-        return round((taken[-1][0] - taken[0][0]) / (taken[-1][1] - taken[0][1]), 3)
+        share = tick_share(taken[0], taken[-1]) if len(taken) >= 2 else None
+        return None if share is None else round(share, 3)
 
     def series(self, t0: float) -> list[dict]:
         """Every sample as a record: `t`, its seconds after `t0` (monotonic); `busy`, each GPU's busy fraction;
@@ -199,8 +205,8 @@ class GpuBusyMonitor:
         locks = {t: (whole, recent) for t, whole, recent in list(self.lock_samples)}
         host = {}
         for (_, before), (t, after) in pairwise(list(self.host_samples)):
-            if after[1] > before[1]:
-                host[t] = round((after[0] - before[0]) / (after[1] - before[1]), 2)
+            if (share := tick_share(before, after)) is not None:
+                host[t] = round(share, 2)
         records = []
         for t, used in list(self.samples):
             record = {"t": round(t - t0, 2), "busy": list(used)}
