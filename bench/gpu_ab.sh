@@ -15,11 +15,10 @@
 # NAME.2, NAME.3 and so on where the list below says NAME. Writes to $OUT (default gpu-out): machine.txt (the GPU,
 # the cores, the CPU's model and one core's Python speed), NAME.stats.json, NAME.samples (time, GPU use, memory),
 # NAME.cpu (time, the host's first /proc/stat line, every second), NAME.gpu.jsonl (the run's own samples, with where
-# its workers were), NAME.progress.tgz (each execution's verdict,
-# its phases' seconds included), NAME.out/.err, with REMEASURE remeasure_NAME.jsonl/.log, with RECHECK
-# recheck_NAME.jsonl/.log, with either the run's dataset as data_NAME.tgz, and summary.txt, one block per run (its
-# busy share as the run measured it, and as NAME.samples read over the same stretch; the host's cores' busy share over
-# it, and while the GPU idled); everything is packed into
+# its workers were), NAME.progress.tgz (each execution's verdict, its phases' seconds included), NAME.out/.err, with
+# REMEASURE remeasure_NAME.jsonl/.log, with RECHECK recheck_NAME.jsonl/.log, with either the run's dataset as
+# data_NAME.tgz, and summary.txt, one block per run (its busy share as the run measured it, and as NAME.samples read
+# over the same stretch; the host's cores' busy share over it, and while the GPU idled); everything is packed into
 # all.tgz after each run. FIRST_FORWARDS (options of `python -m opsynth.bench.first_forwards`, "--longest 60" say)
 # times the run's longest first forwards again alone after it: first_forwards_NAME.txt/.jsonl/.err. DEVICE=cpu
 # (default cuda) runs the same on the CPU, to try the script.
