@@ -202,10 +202,16 @@ def embedded_index_path() -> Path:
     return Path(str(importlib.resources.files("opsynth.filters") / "data" / EMBEDDED_INDEX))
 
 
+_INDEXED: dict[str, KernelBenchIndex] = {}  # this process's indexes: `embedded`, and by key (see `indexed`)
+
+
 def load_reference(spec: str) -> KernelBenchIndex:
-    """`embedded` (the shipped index), `hub`, or a path to a Parquet file or a folder of `.py` tasks."""
+    """`embedded` (the shipped index), `hub`, or a path to a Parquet file or a folder of `.py` tasks; each loaded
+    once per process (a run's plan and its stages read the same one)."""
     if spec == "embedded":
-        return KernelBenchIndex.load(embedded_index_path())
+        if spec not in _INDEXED:
+            _INDEXED[spec] = KernelBenchIndex.load(embedded_index_path())
+        return _INDEXED[spec]
     if spec == "hub":
         return indexed(tasks_from_hub())
     path = Path(spec)
@@ -214,9 +220,6 @@ def load_reference(spec: str) -> KernelBenchIndex:
     if path.is_file():
         return indexed(tasks_from_parquet(path))
     raise ReferenceError_(f"{spec}: no such file or folder (use embedded, hub, or a path)")
-
-
-_INDEXED: dict[str, KernelBenchIndex] = {}  # this process's indexes, by key (see `indexed`)
 
 
 def indexed(tasks: list[tuple[str, str]]) -> KernelBenchIndex:
