@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections import Counter
 from itertools import pairwise
 from pathlib import Path
@@ -108,7 +109,7 @@ def compile_bunching(samples: list[dict], gpu: int) -> dict | None:
         return None
     share = compiling / workers
     mean = compiling / len(counts)
-    variance = sum((c - mean) ** 2 for c, _ in counts) / len(counts)
+    variance = statistics.pvariance([c for c, _ in counts], mu=mean)
     independent = sum(n * share * (1 - share) for _, n in counts) / len(counts)
     return {
         "mean": round(mean, 2),
@@ -134,7 +135,7 @@ def compile_entries(samples: list[dict], gpu: int) -> dict | None:
     for b in began:
         origins.update(b)
     mean = total / len(per_sample)
-    variance = sum((n - mean) ** 2 for n in per_sample) / len(per_sample)
+    variance = statistics.pvariance(per_sample, mu=mean)
     return {
         "entries": total,
         "from": {state: round(n / total, 2) for state, n in origins.most_common()},
