@@ -3,6 +3,9 @@ small task programs, and a CPU execution config for the worker-pool tests."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -54,12 +57,23 @@ def ops6k_transformers() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_reference(tmp_path_factory) -> tuple[Path, float]:
-    """The fault suite's uninterrupted tiny run (bench.faults.RUN_ARGS), and its wall time: what every broken and
-    resumed run must end with."""
+def tiny_reference(tmp_path_factory) -> Path:
+    """The fault suite's uninterrupted tiny run (bench.faults.RUN_ARGS): what every broken and resumed run must end
+    with. Made once for all of a session's xdist workers: the first to ask makes it under a lock in their common
+    temporary folder, the others wait for it and read it (the tests copy it, never change it)."""
     from opsynth.bench.faults import reference_run
 
-    return reference_run(tmp_path_factory.mktemp("tiny-reference"))
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # each worker's base folder lies in the session's
+    made = root / "tiny-reference" / "made"
+    with open(root / "tiny-reference.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not made.exists():
+            shutil.rmtree(root / "tiny-reference", ignore_errors=True)  # what a failed attempt left
+            out, _ = reference_run(root / "tiny-reference")
+            made.write_text(str(out))
+    return Path(made.read_text())
 
 
 @pytest.fixture()

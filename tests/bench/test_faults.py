@@ -18,7 +18,7 @@ def _all_hold(trials: list[dict]) -> None:
 
 @pytest.mark.skipif(not can_mount_tmpfs(), reason="no tmpfs can be mounted in a user namespace here (unshare)")
 def test_a_full_disk_fails_in_one_line_and_the_run_resumes_to_the_uninterrupted_dataset(tiny_reference, tmp_path):
-    (trial,) = disk_trials(1, seed=1, root=tmp_path, reference=tiny_reference[0])
+    (trial,) = disk_trials(1, seed=1, root=tmp_path, reference=tiny_reference)
     _all_hold([trial])
     if trial["first_exit"]:
         assert trial["first_error"].startswith("opsynth: error: no space left on device; free some, then run")

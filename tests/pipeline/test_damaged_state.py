@@ -20,7 +20,7 @@ def _generate(out: Path) -> int:
 
 @pytest.fixture(scope="module")
 def reference(tiny_reference) -> Path:
-    return tiny_reference[0]
+    return tiny_reference
 
 
 def test_damaged_checkpoints_are_named_and_run_again_never_trusted(reference, tmp_path, capsys):
