@@ -7,8 +7,6 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
-
 from opsynth.bench.faults import RUN_ARGS, dataset_rows, unfinished_copy
 from opsynth.commands.cli import main
 from opsynth.pipeline.run_folder import FolderLock
@@ -18,13 +16,8 @@ def _generate(out: Path) -> int:
     return main(["generate", "--out", str(out), *RUN_ARGS])
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_reference) -> Path:
-    return tiny_reference
-
-
-def test_damaged_checkpoints_are_named_and_run_again_never_trusted(reference, tmp_path, capsys):
-    out = unfinished_copy(reference, tmp_path / "out")
+def test_damaged_checkpoints_are_named_and_run_again_never_trusted(tiny_reference, tmp_path, capsys):
+    out = unfinished_copy(tiny_reference, tmp_path / "out")
     state = out / ".opsynth"
     checkpoints = sorted((state / "progress").glob("round-*/batch-*.jsonl"))  # each round's in its own folder
     assert len(checkpoints) >= 3
@@ -46,13 +39,13 @@ def test_damaged_checkpoints_are_named_and_run_again_never_trusted(reference, tm
     err = capsys.readouterr().err
     for path in (edited, cut, garbled):
         assert f"checkpoint {path}: " in err and "damaged record(s) ignored; their candidates run again" in err
-    assert dataset_rows(out) == dataset_rows(reference)
+    assert dataset_rows(out) == dataset_rows(tiny_reference)
     assert all("never executed" not in code for _, code in dataset_rows(out))
 
 
-def test_a_round_whose_records_miss_candidates_runs_again(reference, tmp_path, capsys):
+def test_a_round_whose_records_miss_candidates_runs_again(tiny_reference, tmp_path, capsys):
     out = tmp_path / "out"
-    shutil.copytree(reference, out)
+    shutil.copytree(tiny_reference, out)
     (out / "stats.json").unlink()
     (accepted,) = (out / ".opsynth" / "round-00000").glob("accepted-*.jsonl")
     accepted.write_text("".join(accepted.read_text().splitlines(keepends=True)[1:]))  # a record lost
@@ -60,11 +53,11 @@ def test_a_round_whose_records_miss_candidates_runs_again(reference, tmp_path, c
 
     assert _generate(out) == 0
     assert "round 0: its records are damaged or miss some of its" in capsys.readouterr().err
-    assert dataset_rows(out) == dataset_rows(reference)
+    assert dataset_rows(out) == dataset_rows(tiny_reference)
 
 
-def test_a_second_run_into_a_folder_is_refused_naming_the_first(reference, tmp_path, capsys):
-    out = unfinished_copy(reference, tmp_path / "out")
+def test_a_second_run_into_a_folder_is_refused_naming_the_first(tiny_reference, tmp_path, capsys):
+    out = unfinished_copy(tiny_reference, tmp_path / "out")
     before = sorted(p.name for p in (out / ".opsynth" / "sessions").iterdir())
     with FolderLock(out / ".opsynth", out):  # as a run in another process holds it
         assert _generate(out) == 2
@@ -72,7 +65,7 @@ def test_a_second_run_into_a_folder_is_refused_naming_the_first(reference, tmp_p
     assert len(err.splitlines()) == 1 and f"in use by another opsynth run (process {os.getpid()})" in err
     assert sorted(p.name for p in (out / ".opsynth" / "sessions").iterdir()) == before, "it wrote nothing"
     assert _generate(out) == 0  # the first run gone, the folder resumes
-    assert dataset_rows(out) == dataset_rows(reference)
+    assert dataset_rows(out) == dataset_rows(tiny_reference)
 
 
 def test_a_damaged_config_is_named_in_one_line(tmp_path, capsys):
@@ -94,28 +87,28 @@ def test_a_folder_of_an_earlier_state_format_is_refused_in_one_line(tmp_path, ca
     assert sorted(p.name for p in (out / ".opsynth").iterdir()) == ["config.json", "lock"], "nothing written"
 
 
-def test_a_damaged_stats_file_is_written_again(reference, tmp_path):
+def test_a_damaged_stats_file_is_written_again(tiny_reference, tmp_path):
     out = tmp_path / "out"
-    shutil.copytree(reference, out)
+    shutil.copytree(tiny_reference, out)
     (out / "stats.json").write_text("{")
     assert _generate(out) == 0
     assert json.loads((out / "stats.json").read_text())["counts"]["rows"] == 12
-    assert dataset_rows(out) == dataset_rows(reference)
+    assert dataset_rows(out) == dataset_rows(tiny_reference)
 
 
-def test_damaged_outputs_of_a_rounds_stages_are_redone(reference, tmp_path, capsys):
+def test_damaged_outputs_of_a_rounds_stages_are_redone(tiny_reference, tmp_path, capsys):
     """The CPU stages' output of an interrupted round cut mid-line, and an accepted record of a finished round
     edited to stay valid JSON: the first stages run again, the second round runs again."""
-    cut = unfinished_copy(reference, tmp_path / "cut")
+    cut = unfinished_copy(tiny_reference, tmp_path / "cut")
     (prepared,) = (cut / ".opsynth" / "round-00000").glob("prepared-*.jsonl")
     prepared.write_text(prepared.read_text()[:1000])
     capsys.readouterr()
     assert _generate(cut) == 0
     assert "the output of its CPU stages is damaged; running them again" in capsys.readouterr().err
-    assert dataset_rows(cut) == dataset_rows(reference)
+    assert dataset_rows(cut) == dataset_rows(tiny_reference)
 
     edited = tmp_path / "edited"
-    shutil.copytree(reference, edited)
+    shutil.copytree(tiny_reference, edited)
     (edited / "stats.json").unlink()
     (accepted,) = (edited / ".opsynth" / "round-00000").glob("accepted-*.jsonl")
     lines = accepted.read_text().splitlines()
@@ -125,4 +118,4 @@ def test_damaged_outputs_of_a_rounds_stages_are_redone(reference, tmp_path, caps
     capsys.readouterr()
     assert _generate(edited) == 0
     assert "round 0: its records are damaged or miss some of its" in capsys.readouterr().err
-    assert dataset_rows(edited) == dataset_rows(reference)
+    assert dataset_rows(edited) == dataset_rows(tiny_reference)
