@@ -61,13 +61,10 @@ def hub(monkeypatch):
     server.shutdown()
 
 
-@pytest.fixture(scope="module")
-def dataset_folder(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pub") / "out"
-    argv = ["generate", "--out", str(out), "--num-samples", "4", "--device", "cpu", "--workload", "tiny",
-            "--workers", "2", "--no-compile-check"]  # fmt: skip
-    assert main(argv) == 0
-    return out
+@pytest.fixture()
+def dataset_folder(tiny_reference):
+    """A finished run's folder: the test session's small CPU run, which publishing only reads."""
+    return tiny_reference
 
 
 def test_upload_is_one_commit_of_every_file_but_the_run_state(dataset_folder, hub, capsys):
