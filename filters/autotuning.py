@@ -1,24 +1,6 @@
-"""How long inductor benchmarks each Triton configuration when a compiled model first runs.
-
-Inductor's benchmarker runs a candidate configuration 5 times to estimate its time, then for up to 25 ms (at most
-100 runs, each after a write that flushes the L2 cache) after 100 such writes, and the compiled model's first run
-autotunes every kernel with more than one configuration that way: on an H200 it was the largest share of a compiled
-task's GPU time (median 0.20 s per task over 147 tasks, next to about 0.05 s of timed forwards). A configuration
-that wins does so by far more than the noise of a few runs, so the execution workers give each one
-AUTOTUNE_ESTIMATION_RUNS runs, then AUTOTUNE_BENCHMARK_MS or AUTOTUNE_BENCHMARK_RUNS runs, whichever ends first,
-after AUTOTUNE_CACHE_FLUSHES flushes (a 10 us kernel otherwise ran 100 times, each run with its flush). Tasks of a
-600-row run on one H200, compiled again with inductor's defaults, ran at a median 1.000 of the compiled time
-recorded that way (5th-95th percentile 0.88-1.12 over 77 tasks; two default compiles of a task differ by
-0.93-1.08); the compiled models' first runs took 47 s of a 600-row run's worker time (74 s with 2 ms after 5 runs).
-
-A kernel that writes one of its inputs (most of inductor's fused kernels write a buffer in place) is benchmarked
-on a copy of it. Inductor makes the copy on the GPU only where the process's memory stays under its earlier
-peak; else it copies the buffer into pinned host memory and back before every benchmark run. For a task of
-several GiB, that was seconds of pinning host pages (one core, the driver's) and of copies, inside the shared
-device hold, while timings waited for it and the GPU idled: the longest idle spells of 600-row runs on one H200
-(up to 6.6 s, with the host's shared memory growing by 8.5 GiB). The workers make the copy on the GPU wherever
-the worker's own memory budget holds it (`clone_on_device`).
-"""
+"""How long inductor benchmarks each Triton configuration when a compiled model first runs, and where it copies
+the buffers a kernel writes for those benchmarks: bounded, and on the GPU where the worker's budget holds them
+(why, and the compiled times measured both ways: docs/execution.md, "The checks and the timing")."""
 
 from __future__ import annotations
 

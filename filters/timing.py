@@ -75,14 +75,9 @@ def profile_forwards(runs: list[tuple], inputs: list, iters: int, hold, clock: P
     activity by default), the device work of the paper's measure, timed as `phase`. All of them run inside one
     `hold` (the GPU's lock, exclusive: another process's kernels would slow these), so the hold covers the
     forwards alone: the profiler starts before the lock is taken and collects its trace after it is let go. A
-    profiler records this process's work only.
-
-    The profiler's first launch waits for its own set-up: on one H100 a run's forwards took 0.7-2.3 ms longer
-    than their device time where the profiler had just started, 0.1-0.2 ms after it had launched one kernel, and
-    stopping one profiler and starting the next took 1.2-2.8 ms: all of it inside the hold, the GPU idle. So the
-    profile's first step, which its schedule drops, launches one kernel (`separate`) within `warm_hold()` (a
-    moment's hold that no timing runs beside, see DeviceLock.briefly), and the runs share the one recorded
-    step, `separate` launched between them: its kernel splits their events (`split_runs`)."""
+    profiler records this process's work only. The profile's first step, which its schedule drops, launches one
+    kernel (`separate`) within `warm_hold()`, so that the profiler's set-up is not inside the hold; the runs share
+    the one recorded step, `separate` between them splitting their events (why: docs/execution.md)."""
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = activities or [ProfilerActivity.CUDA]
