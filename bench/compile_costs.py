@@ -5,20 +5,23 @@ costs by itself from what the run added (cold caches, the other workers on the c
 inductor's own timers.
 
     python -m opsynth.bench.compile_costs RUN [--tasks 40] [--seed 1] [--device cuda] [--report FILE]
-        [--compile-processes N]
+        [--compile-processes N] [--inductor-config NAME=VALUE ...]
 
 RUN is a run's folder (its work folder `RUN/.opsynth` holds the checkpointed verdicts) or a work folder. It
 compiles `--tasks` of the run's compiled tasks drawn at random, in a random order, after the worker's warm-up
 task, and prints their compile seconds in the run and here, for the first third and for the rest (a process's
-first uses of inductor's lowerings fall on the first ones), and the timers inductor keeps per step, summed over
-the tasks (they nest: an outer step's time includes its inner steps'). Run it with the run's caches
-(TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) to see a warm compile, with empty ones to see a cold one. The tasks
-run in this process: a development tool over a run's own tasks, not a sandbox.
+first uses of inductor's lowerings fall on the first ones), the Triton kernels each compiled, and the timers
+inductor keeps per step, summed over the tasks (they nest: an outer step's time includes its inner steps'). Each
+`--inductor-config` sets one of inductor's settings for the compiles (`triton.autotune_pointwise=False`: one
+configuration per pointwise kernel, not several compiled to choose from), to see what it costs. Run it with the
+run's caches (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) to see a warm compile, with empty ones to see a cold one.
+The tasks run in this process: a development tool over a run's own tasks, not a sandbox.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import random
 import statistics
 import time
@@ -37,6 +40,32 @@ def timers() -> dict[str, float]:
     return {name: sum(times) for name, times in kept.items()}
 
 
+def triton_kernels() -> int:
+    """Triton kernels inductor has compiled so far in this process (found in none of its caches)."""
+    from torch._dynamo.utils import counters
+
+    asked = counters["inductor"]
+    return asked["async_compile_cache_miss"] - asked["async_compile_cache_hit"]  # it counts a hit as a miss too
+
+
+def inductor_settings(entries: list[str]) -> dict:
+    """`--inductor-config` entries (NAME=VALUE, the value a Python literal or else a string) as inductor's settings;
+    exits in one line naming an entry that is malformed or names no setting."""
+    import torch._inductor.config
+
+    settings = {}
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if not sep or name.strip() not in torch._inductor.config.get_config_copy():
+            raise SystemExit(f"--inductor-config {entry}: give NAME=VALUE with NAME one of inductor's settings, "
+                             "e.g. triton.autotune_pointwise=False")  # fmt: skip
+        try:
+            settings[name.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            settings[name.strip()] = value.strip()
+    return settings
+
+
 def compile_alone(task: dict, device) -> dict:
     """One task built and drawn as the execution does, then compiled and called once (finished: synchronized on
     CUDA), by the host clock, with the seconds of each of inductor's steps it took; or the error that stopped
@@ -48,13 +77,14 @@ def compile_alone(task: dict, device) -> dict:
     with attempted(record, device):
         model, inputs = built(task, device)
         torch._dynamo.reset()
-        before = timers()
+        before, kernels = timers(), triton_kernels()
         with torch.no_grad():
             start = time.perf_counter()
             torch.compile(model, backend="inductor")(*inputs)
             if device.type == "cuda":
                 torch.cuda.synchronize()
         record["here_s"] = time.perf_counter() - start
+        record["kernels"] = triton_kernels() - kernels
         record["steps"] = {name: round(s - before.get(name, 0.0), 4) for name, s in timers().items()
                            if s - before.get(name, 0.0) >= 1e-4}  # fmt: skip
     return record
@@ -73,6 +103,8 @@ def summary(records: list[dict]) -> list[str]:
         for name, s in r["steps"].items():
             steps[name] = steps.get(name, 0.0) + s
     if compiled:
+        kernels = [r["kernels"] for r in compiled]
+        lines.append(f"Triton kernels compiled: {sum(kernels)}, median {statistics.median(kernels):g} a task")
         lines.append(f"inductor's steps, seconds a task (nested), over {len(compiled)} tasks:")
         longest = sorted(steps.items(), key=lambda kv: -kv[1])[:TOP_TIMERS]
         lines += [f"  {s / len(compiled):.3f} {name}" for name, s in longest]
@@ -89,9 +121,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--compile-processes", type=int, default=COMPILE_PROCESSES, help="compiling the kernels (1: the process itself)"
     )
+    parser.add_argument("--inductor-config", action="append", default=[], metavar="NAME=VALUE",
+                        help="one of inductor's settings for the compiles; repeat for several")  # fmt: skip
     args = parser.parse_args(argv)
+    settings = inductor_settings(args.inductor_config)
     tasks = sorted(checkpointed_tasks(args.run, "compile"), key=lambda t: t["code"])
     import torch
+    import torch._inductor.config
 
     from opsynth.filters.worker_process import WARM_UP_SOURCE
     from opsynth.filters.worker_setup import compile_in, start_compile_pool
@@ -101,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     compile_alone({"code": WARM_UP_SOURCE, "seed": 0, "ops": [], "in_run_s": 0.0}, device)  # as each worker does
     start_compile_pool()
     picked = random.Random(args.seed).sample(tasks, min(args.tasks, len(tasks)))
-    records = [compile_alone(task, device) for task in picked]
+    with torch._inductor.config.patch(settings):
+        records = [compile_alone(task, device) for task in picked]
     write_report(args.report, records)
     print("\n".join(summary(records)))
 

@@ -43,3 +43,29 @@ def test_a_run_that_compiled_nothing_is_refused_saying_what_to_give(tmp_path):
     with pytest.raises(SystemExit) as stop:
         compile_costs.main([str(tmp_path), "--device", "cpu"])
     assert "give a run's folder or its work folder" in str(stop.value)
+
+
+def test_inductor_settings_are_set_for_the_compiles_and_a_bad_one_is_refused(tmp_path, monkeypatch, capsys):
+    import torch._inductor.config
+
+    work = tmp_path / "run" / ".opsynth"
+    _checkpoint(work / "progress" / "round-00000", [(fixtures.GOOD, {"compile": 0.7})])
+    seen = []
+    alone = compile_costs.compile_alone
+    monkeypatch.setattr(
+        compile_costs,
+        "compile_alone",
+        lambda task, device: (
+            seen.append((torch._inductor.config.triton.autotune_pointwise, torch._inductor.config.size_asserts))
+            or alone(task, device)
+        ),
+    )
+    settings = ["--inductor-config", "triton.autotune_pointwise=False", "--inductor-config", "size_asserts = False"]
+    compile_costs.main([str(tmp_path / "run"), "--device", "cpu", "--compile-processes", "1", *settings])
+    assert seen[-1] == (False, False), "the task compiled with both settings"
+    assert seen[0] == (True, True), "the worker's warm-up task as a worker compiles it"
+    assert torch._inductor.config.triton.autotune_pointwise, "set for the compiles only"
+    assert "Triton kernels compiled: 0" in capsys.readouterr().out  # the CPU compiles C++
+    for bad in ("triton.no_such_setting=1", "triton.autotune_pointwise"):
+        with pytest.raises(SystemExit, match="give NAME=VALUE with NAME one of inductor's settings"):
+            compile_costs.main([str(tmp_path / "run"), "--device", "cpu", "--inductor-config", bad])
