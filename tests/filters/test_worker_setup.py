@@ -1,15 +1,23 @@
 """How a worker sets up inductor's compiling: its own pool of compile processes, or its own process where that
 pool cannot start."""
 
+import pytest
+
 from opsynth.filters.worker_setup import compile_in, start_compile_pool
 
 
-def test_a_worker_whose_compile_pool_never_answers_compiles_in_its_own_process(monkeypatch):
+@pytest.fixture
+def inductor():
+    """Inductor's settings, those the test sets given back after it (monkeypatch would delete them: inductor's
+    settings module then hides them)."""
     import torch._inductor.config as inductor
-    from torch._inductor.async_compile import AsyncCompile
 
-    monkeypatch.setattr(inductor, "compile_threads", inductor.compile_threads)  # given back after the test
-    monkeypatch.setattr(inductor, "worker_start_method", inductor.worker_start_method)
+    with inductor.patch(compile_threads=inductor.compile_threads, worker_start_method=inductor.worker_start_method):
+        yield inductor
+
+
+def test_a_worker_whose_compile_pool_never_answers_compiles_in_its_own_process(monkeypatch, inductor):
+    from torch._inductor.async_compile import AsyncCompile
 
     def never_ready(timeout=None):
         raise TimeoutError("the pool did not answer")
