@@ -5,7 +5,7 @@ costs by itself from what the run added (cold caches, the other workers on the c
 inductor's own timers.
 
     python -m opsynth.bench.compile_costs RUN [--tasks 40] [--seed 1] [--device cuda] [--report FILE]
-        [--compile-processes N] [--inductor-config NAME=VALUE ...]
+        [--compile-processes N] [--whole-kernels] [--inductor-config NAME=VALUE ...]
 
 RUN is a run's folder (its work folder `RUN/.opsynth` holds the checkpointed verdicts) or a work folder. It
 compiles `--tasks` of the run's compiled tasks drawn at random, in a random order, after the worker's warm-up
@@ -13,8 +13,10 @@ task, and prints their compile seconds in the run and here, for the first third 
 first uses of inductor's lowerings fall on the first ones), the Triton kernels each compiled, and the timers
 inductor keeps per step, summed over the tasks (they nest: an outer step's time includes its inner steps'). Each
 `--inductor-config` sets one of inductor's settings for the compiles (`triton.autotune_pointwise=False`: one
-configuration per pointwise kernel, not several compiled to choose from), to see what it costs. Run it with the
-run's caches (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) to see a warm compile, with empty ones to see a cold one.
+configuration per pointwise kernel, not several compiled to choose from), to see what it costs; `--whole-kernels`
+compiles each kernel's configurations in one job of the compile pool, as inductor does, not one job each (the
+workers' way: filters.kernel_configs). Run it with the run's caches (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) to
+see a warm compile, with empty ones to see a cold one.
 The tasks run in this process: a development tool over a run's own tasks, not a sandbox.
 """
 
@@ -121,6 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--compile-processes", type=int, default=COMPILE_PROCESSES, help="compiling the kernels (1: the process itself)"
     )
+    parser.add_argument("--whole-kernels", action="store_true",
+                        help="a kernel's configurations compiled in one job of the pool, not one job each")  # fmt: skip
     parser.add_argument("--inductor-config", action="append", default=[], metavar="NAME=VALUE",
                         help="one of inductor's settings for the compiles; repeat for several")  # fmt: skip
     args = parser.parse_args(argv)
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     compile_in(args.compile_processes)
     device = torch.device(args.device)
     compile_alone({"code": WARM_UP_SOURCE, "seed": 0, "ops": [], "in_run_s": 0.0}, device)  # as each worker does
-    start_compile_pool()
+    start_compile_pool(split=not args.whole_kernels)
     picked = random.Random(args.seed).sample(tasks, min(args.tasks, len(tasks)))
     with torch._inductor.config.patch(settings):
         records = [compile_alone(task, device) for task in picked]

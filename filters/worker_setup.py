@@ -14,6 +14,7 @@ from opsynth.config import (
     AUTOTUNE_ESTIMATION_RUNS,
 )
 from opsynth.filters.autotuning import bound_autotuning, clone_on_device
+from opsynth.filters.kernel_configs import split_configurations
 
 POOL_START_S = 30  # how long a worker waits for its compile pool to answer before it compiles in-process
 
@@ -66,11 +67,12 @@ def compile_in(processes: int) -> None:
         torch._inductor.config.worker_start_method = "fork"
 
 
-def start_compile_pool() -> int | None:
+def start_compile_pool(split: bool = True) -> int | None:
     """Start the compile pool (where `compile_in` asked for one) and wait until it answers: its processes, and
     the threads inductor runs beside them (which it would otherwise start one by one as a task's compile needs
     them). A worker does so once it is up, before the snapshot its integrity checks compare with, so that none
-    of them is taken for a task's. Returns the pool's processes; 0 where it could not start (the worker then
+    of them is taken for a task's. The pool then compiles a kernel's configurations side by side, unless `split`
+    is False (filters.kernel_configs). Returns the pool's processes; 0 where it could not start (the worker then
     compiles in-process); None where none was asked for."""
     import torch._inductor.config
 
@@ -88,6 +90,8 @@ def start_compile_pool() -> int | None:
     except Exception:  # a pool that cannot start (its processes refused, or never answering): compile in-process
         compile_in(1)
         return 0
+    if split:
+        split_configurations(AsyncCompile.process_pool())
     return processes
 
 

@@ -69,3 +69,15 @@ def test_inductor_settings_are_set_for_the_compiles_and_a_bad_one_is_refused(tmp
     for bad in ("triton.no_such_setting=1", "triton.autotune_pointwise"):
         with pytest.raises(SystemExit, match="give NAME=VALUE with NAME one of inductor's settings"):
             compile_costs.main([str(tmp_path / "run"), "--device", "cpu", "--inductor-config", bad])
+
+
+@pytest.mark.parametrize(("flag", "split"), [([], True), (["--whole-kernels"], False)])
+def test_whole_kernels_compiles_each_kernels_configurations_in_one_job(tmp_path, monkeypatch, flag, split):
+    from opsynth.filters import worker_setup
+
+    work = tmp_path / "run" / ".opsynth"
+    _checkpoint(work / "progress" / "round-00000", [(fixtures.GOOD, {"compile": 0.7})])
+    asked = []
+    monkeypatch.setattr(worker_setup, "start_compile_pool", lambda split=True: asked.append(split))
+    compile_costs.main([str(tmp_path / "run"), "--device", "cpu", "--compile-processes", "1", *flag])
+    assert asked == [split], "the pool asked to split a kernel's configurations, or not"
