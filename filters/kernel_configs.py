@@ -46,9 +46,9 @@ def split_configurations(pool) -> bool:
 
 def configurations(load_kernel, rest: tuple) -> int:
     """How many configurations the kernel `load_kernel` loads has, loaded here under the settings inductor gives
-    its compile job (`rest`: the job's environment and settings); 1 where it cannot be told. Loading a kernel runs
-    its module (inductor's generated code): no compiling, and the worker loads it so itself where it autotunes
-    again."""
+    its compile job (`rest`: the job's environment and settings); 1 where it cannot be told. Loading runs the
+    kernel's module (inductor's generated code) and compiles nothing; inductor loads it in the worker the same way
+    where it tunes a kernel further after its first run."""
     from torch._inductor import config
 
     settings = next((a for a in rest[1:2] if isinstance(a, dict)), {})
@@ -79,13 +79,14 @@ def joined(jobs: list[Future]) -> Future:
     `joined_kernel`)."""
     whole: Future = Future()
     whole.set_running_or_notify_cancel()
-    left = [len(jobs)]
+    left = len(jobs)
     lock = threading.Lock()
 
     def one_done(_job: Future) -> None:
+        nonlocal left
         with lock:
-            left[0] -= 1
-            if left[0]:
+            left -= 1
+            if left:
                 return
         try:
             whole.set_result(joined_kernel(jobs))
