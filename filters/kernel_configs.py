@@ -1,7 +1,5 @@
-"""A Triton kernel's configurations compiled side by side: inductor gives a worker's compile pool one job per
-kernel, which compiles the kernel's configurations (those its first run autotunes over) one after another;
-`split_configurations` makes it one job per configuration, joined into the kernel inductor asked for, the same
-configurations in the same order (why: docs/execution.md, "Compiling")."""
+"""A Triton kernel's configurations compiled as jobs of their own in a worker's compile pool, joined into the kernel
+inductor asked for (why, and what it saves: docs/execution.md, "Compiling")."""
 
 from __future__ import annotations
 
