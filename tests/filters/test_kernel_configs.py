@@ -77,3 +77,37 @@ def test_configurations_that_do_not_compile_are_left_out_as_inductor_leaves_them
 def test_a_compile_process_counting_other_configurations_compiles_them_all_in_one_job(pool):
     split_configurations(pool)
     assert compiled(pool, functools.partial(other_in_a_child, os.getpid())) == ["a of 3", "b of 3", "c of 3"]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_kernels_configurations_compile_apart_and_all_come_back(monkeypatch):
+    """Inductor's real kernels and pool: a pointwise kernel over a long vector has several configurations, each
+    compiled as a job of its own and joined with all of them; the compiled model agrees with eager."""
+    import torch
+    import torch._dynamo
+    import torch._inductor.config as inductor
+
+    from opsynth.filters import kernel_configs
+    from opsynth.filters.worker_setup import compile_in, start_compile_pool
+
+    joins, join = [], kernel_configs.joined_kernel
+
+    def joined_kernel(jobs):
+        joins.append((len(jobs), join(jobs)))
+        return joins[-1][1]
+
+    monkeypatch.setattr(kernel_configs, "joined_kernel", joined_kernel)
+    x = torch.randn(1 << 20, device="cuda")
+
+    def fn(t):
+        return torch.sin(t) * 2.718281 + torch.cos(t) * 0.577215  # constants of its own: no kernel cached from before
+
+    with inductor.patch(compile_threads=inductor.compile_threads, worker_start_method=inductor.worker_start_method,
+                        fx_graph_cache=False):  # fmt: skip
+        compile_in(2)
+        assert start_compile_pool() == 2
+        torch._dynamo.reset()
+        out = torch.compile(fn)(x)
+    torch.testing.assert_close(out, fn(x))
+    assert joins, "a kernel of several configurations was compiled apart"
+    assert all(jobs == len(kernel.compile_results) > 1 for jobs, (kernel, _) in joins), "each came back"
