@@ -16,8 +16,8 @@ inductor keeps per step, summed over the tasks (they nest: an outer step's time 
 configuration per pointwise kernel, not several compiled to choose from), to see what it costs; `--whole-kernels`
 compiles each kernel's configurations in one job of the compile pool, as inductor does, not one job each (the
 workers' way: filters.kernel_configs). Run it with the run's caches (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) to
-see a warm compile, with empty ones to see a cold one.
-The tasks run in this process: a development tool over a run's own tasks, not a sandbox.
+see a warm compile, with empty ones to see a cold one. The tasks run in this process: a development tool over a
+run's own tasks, not a sandbox.
 """
 
 from __future__ import annotations
