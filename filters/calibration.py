@@ -1,16 +1,6 @@
-"""Shape calibration: a candidate whose eager time misses the runtime window is rescaled and measured again.
-
-The caller says how to rescale (for generated tasks: the same seed, the batch multiplied), so operators and
-structure never change; each step aims at a point inside the window (in log terms, `target` of the way from
-its low to its high end), and a bounded number of steps is tried before the last verdict stands. A rescaled
-candidate runs as soon as its last verdict comes in, ahead of candidates not yet started, so a batch never
-waits for a slow first measurement of the others before the re-measures begin.
-
-A first try may carry a ceiling (`first_try`): a task whose first timed forward is over it, though inside the
-window, stops there and is shrunk toward half the ceiling. On one H200 the sizing's prediction missed some
-operators by 30-40 times (`torch.median`, `torch.topk`, `torch.isin` ran 60-80 ms where 2 ms was aimed at), and
-such a task, kept as drawn, cost the GPU about 30 times its eager time in its checks and timings.
-"""
+"""Shape calibration: a candidate whose eager time misses the runtime window is rescaled from its seed and measured
+again, each step aimed inside the window; a first try may stop at a ceiling (docs/execution.md, "The checks and
+the timing")."""
 
 from __future__ import annotations
 

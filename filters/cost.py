@@ -1,12 +1,6 @@
-"""What a forward costs, counted on the meta device: bytes moved, floating-point operations and kernels, from
-which a device's speed predicts its time before it runs. The shape check counts it; the pipeline sizes a
-candidate with it, so that most candidates' first execution lands in the runtime window.
-
-A recurrence (LSTM, GRU, RNN) is not unrolled: meta runs one step at a time, through every step's operators (a
-quarter of a second per recurrent candidate on one core, over half of a round's shape check). Its cost is affine
-in the number of steps (a fixed part, then the same operators each step), so it is counted over one and two
-steps and extended to all of them, exactly; its outputs are made at their full shapes.
-"""
+"""What a forward costs, counted on the meta device (bytes moved, floating-point operations, kernels), from which a
+device's speed predicts its time before it runs; a recurrence is counted over one and two steps and extended
+(docs/execution.md, "Sizing before execution")."""
 
 from __future__ import annotations
 

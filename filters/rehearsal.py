@@ -1,12 +1,6 @@
-"""A task's first forward rehearsed on a GPU without running it: captured into a CUDA graph that is thrown away.
-
-A process's first forward of a task pays, besides its kernels, the host work of their first use: loading kernels
-(CUDA loads a library's kernels lazily), compiling the jiterator's, making cuDNN, cuBLAS and cuFFT plans. On one
-H100 that was up to 1.1 s for a single operator (`torch.prod`), paid once by each worker, while holding the GPU
-shared, and so while every timing waiting for the GPU waited for it. A capture does that host work, and queues
-the forward's kernels into the graph instead of launching them: so it can run holding nothing (see
-`DeviceLock.step_out`), and the forward that follows it finds its kernels loaded and its plans made.
-"""
+"""A task's first forward rehearsed on a GPU without running it, captured into a CUDA graph that is thrown away: the
+host work of a first use (kernels loaded, library plans made) done holding nothing (docs/execution.md, "The
+checks and the timing")."""
 
 from __future__ import annotations
 

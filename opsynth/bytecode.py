@@ -1,16 +1,5 @@
-"""The libraries' bytecode, compiled once and in parallel where their installation lacks it.
-
-Every process of a run imports torch and sympy, and its execution workers inductor and Triton too: on one H200's
-host (16 cores) that is the driver, 8 shape-check workers and 14 execution workers, started within seconds of each
-other. An installation without these libraries' bytecode (made with `uv pip install`, or with pip's
-`--no-compile`, in an environment that sets PYTHONDONTWRITEBYTECODE, as many container images do) has each of
-those processes compile the same thousands of modules from source: on such an H200 host the execution workers
-were up 27 s after the command's start, against 16 s with the bytecode there. So a command that starts workers
-first has what is missing compiled into the packages' own `__pycache__` folders, as an installer would, by one
-`compileall` process over all cores but one, while its own process goes on importing; its worker pools start
-once that is done (`wait_compiled`). A package whose folder cannot be written is left as it is, and nothing
-waits on a compile for longer than COMPILE_WAIT_S.
-"""
+"""The libraries' bytecode, compiled once by one `compileall` process over the cores where their installation lacks
+it, before a command's worker pools start (docs/execution.md, "Workers and the GPU")."""
 
 from __future__ import annotations
 
@@ -29,7 +18,7 @@ PACKAGES = (
 # Never imported by a run, and the bulk of some packages: their test suites, torch's test helpers, and the model
 # families of transformers (a task imports the few it wraps).
 EXCLUDED = r"[/\\]tests[/\\]|[/\\]torch[/\\]testing[/\\]_internal[/\\]|[/\\]transformers[/\\]models[/\\]"
-COMPILE_WAIT_S = 300.0
+COMPILE_WAIT_S = 300.0  # the longest a command waits for the compile before its pools start anyway
 
 _compiling: subprocess.Popen | None = None
 

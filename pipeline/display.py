@@ -1,13 +1,5 @@
-"""What `generate` shows while it works.
-
-Where stderr is a terminal: bars (tqdm) for the rows made against the total and, below it, for each round's CPU
-stages and execution, each with its rate and the time left; the run's few lines (a round's plan and outcome,
-anything amiss) are written above the bars. Elsewhere (a log file, a script), the lines only, with the
-execution's detail every 30 s, as `--verbose` adds them to the bars. `--quiet`: nothing but warnings, errors and
-the last line. A stage finds the bar of the work it does through its thread: Beam's local runner runs a
-pipeline's stages in the thread that runs the pipeline; where they run elsewhere, the driver moves the bar
-(the execution's from its checkpoints).
-"""
+"""What `generate` shows while it works: progress bars and the run's lines on a terminal, the lines alone elsewhere
+(docs/commands.md). A stage finds its bar through the thread that runs its pipeline."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""How long a candidate's execution keeps a worker, learned from a run's own verdicts, so that a round starts
-the candidates likely to take longest early and does not end on one task's compile while the other workers, and
-the GPU, idle.
-
-On one H100 a 600-row run's last 6 s were one task compiling (`nn.GroupNorm` then `nn.MultiheadAttention`, 8.5 s
-against a median 0.67 s), the 13 other workers done with the run. Compiles over 3.5 s were 20 of its 699: 12 with
-a sort, a gather or scatter, attention or a recurrent module, 4 transformers modules, 4 chains of 3-5 operators.
-An operator's estimate is the mean of the worker seconds of the executions that used it, drawn toward the run's
-mean where it has few; a candidate's is its costliest operator's. The order changes only when candidates are
-handed out: which rows a run keeps does not depend on it (pipeline.selection.FillPoint).
-"""
+"""How long a candidate's execution keeps a worker, learned per operator from a run's own verdicts, so that a round
+starts its longest candidates early and does not end on one task's compile (docs/execution.md, "Rounds")."""
 
 from __future__ import annotations
 

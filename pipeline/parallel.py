@@ -1,13 +1,5 @@
-"""The CPU stages' own work, composing candidates and decontaminating them, spread over helper processes.
-
-Where a round's CPU stages run in the driver's process (Beam's local runner), they run in one thread: a round of
-a few hundred candidates took 35 s on one H200's host, most of it composition and decontamination at some 85 ms
-of one core per candidate, while the GPU waited for the run's first round. The helpers are forked from the
-driver once it has loaded what they need (the catalog, the KernelBench index), so they start in milliseconds and
-share its memory; they run opsynth's own code only, never a task's (task code runs in the contained workers). On
-a machine of fewer than MIN_CORES cores, or where no helpers were started (a distributed runner's workers), the
-same functions run in the calling thread; either way the results are the same, in the same order.
-"""
+"""The CPU stages' own work, composing candidates and decontaminating them, spread over helper processes forked from
+the driver; the same results, in the same order, as in the calling thread (docs/execution.md, "Rounds")."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""How many candidates a round makes of each data source: a pilot, then the missing rows over the yield its
-rounds measured, counting on the repeats that grow as the source fills; the next round's plan made ahead, as this
-one's execution starts; and when a source is exhausted.
-
-Repeats (candidates dropped as `duplicate`: the same task as a row, or an operator graph at its cap) grow with
-the rows a source has: a source holds so many distinct tasks (`capacity`, with its graph caps), and a candidate
-repeats about as often as the share of them already taken, by its rows or by the round's earlier candidates. So
-of n candidates made when `rows` are taken, (capacity - rows)(1 - exp(-n / capacity)) are no repeat; the
-capacity is fitted to the source's rounds so far. In one H200's 6,000-row run, torch#2's capacity fitted to its
-rounds 0-1 (about 14,000) predicted the next two rounds' non-repeats within 2 % (2,295 of 3,174 against 2,334;
-282 of 424 against 285), where a plan at the last round's yield fell 580 rows short and three more rounds
-followed.
-"""
+"""How many candidates a round makes of each data source: a pilot, then the missing rows over the yield measured,
+counting on the repeats that grow as a source fills; the next round planned ahead; when a source is exhausted
+(docs/execution.md, "Rounds")."""
 
 from __future__ import annotations
 
