@@ -1,16 +1,6 @@
-"""Decontamination against KernelBench levels 1-3, on the `Model` class, with four signals:
-
-- `kb_ast_similarity`: the paper's structural AST similarity (continuous-eval's `PythonASTSimilarity`);
-- `kb_ast_similarity_normalized`: the same after removing no-ops (docstrings, annotations, ...), which an
-  edited copy cannot dodge by adding a docstring;
-- `kb_minhash_jaccard`: MinHash Jaccard of token 3-grams of the canonicalized class (identifiers renamed);
-- `kb_graph_similarity`: how alike the graphs of ATen operators the two forwards compute are
-  (filters.compute_graph), which no rewrite of the spelling changes. A task of a single operator is not judged
-  by it: KernelBench's level 1 is single operators, the vocabulary every task is made of (the released set
-  holds many, a lone `nn.Tanh` among them), so a torch#1 row computing one of them is kept.
-
-The reference it compares with is an index of fingerprints (filters.kernelbench_index).
-"""
+"""Decontamination of a task's `Model` class against KernelBench levels 1-3, by four signals: the paper's AST
+similarity, the same on the normalized class, MinHash Jaccard, and the graph of what it computes; a single operator is
+not judged by its graph (docs/recipe.md, "Decontamination"). The reference is filters.kernelbench_index."""
 
 from __future__ import annotations
 

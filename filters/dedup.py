@@ -1,18 +1,5 @@
-"""Within-set dedup: exact duplicates, repeats of one task, and repeats of one operator graph.
-
-Repeats of a task (transformers: of an exact program) are dropped before execution, by the key the pipeline
-gives each candidate. The selection then drops, in the run's order (so the dataset does not depend on how rounds
-split the candidates), a task already in the set and rows beyond a cap per operator graph (the ordered operator
-list): what the execution's results may still bring about, since the dedup cannot know which candidates pass.
-
-What counts as the same task (`task_key`): the same operators, in the same order and spelling (module or
-function), with the same arguments and glue, on inputs of the same ranks, dtypes and extents, the batch
-extent aside (of every input that shares it): the shape calibration moves it to bring a task into the runtime
-window, so it says nothing about the task. A change of any argument (a kernel size, a reduction's dim, a
-stride), of an input's rank or of a non-batch extent (the 1,024 or 4,096 features a softmax runs over) makes
-another task. Each admitted row costs one hash: the state stays a set of keys and a counter of graphs, and no
-pairwise comparison is made.
-"""
+"""Within-set dedup: what counts as the same task (`task_key`: the same program but for its batch extent) and the
+per-graph caps, kept as a set of keys and a counter of graphs, no pairwise comparison (docs/recipe.md, "Selection")."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Isolated execution: a pool of contained worker processes (filters.worker_process) that each own one device
-context. Task code never runs in the pool's process.
-
-A worker that crashes, exits, hangs past the time limit or hits a CUDA error is killed with everything it
-started and replaced; only its task is lost, as a `crash`, `timeout` or `runtime_error` verdict, like a
-dead-letter record. A task that changed its worker's process is `tampering`, and that worker is replaced too, as
-is one that has run many tasks or grown large. The time limit counts a task's own work, not its waits for the
-GPU; and a task that holds its GPU past `hold_limit_s` at once is killed there, since every other worker of the
-GPU waits for it meanwhile.
-"""
+"""Isolated execution: a pool of contained worker processes (filters.worker_process), each owning one device
+context; a worker that crashes, hangs or holds its GPU too long costs only its task and is replaced (docs/execution.md,
+"Workers and the GPU"). Task code never runs in the pool's process."""
 
 from __future__ import annotations
 

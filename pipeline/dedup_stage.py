@@ -1,11 +1,6 @@
-"""The dedup stage: one candidate per key (a task: see pipeline.candidates.candidate_key) across the run, and no
-more candidates of one operator graph than the selection could still take, the earlier rounds' state read from
-files and joined by key.
-
-Each earlier round's file is read against this round's keys (a side input of one key per candidate), and only
-its entries for them go on to the join: what the join holds is this round's, however many keys the run has
-seen. When every earlier entry went through the join, the driver's peak rose with the run (BENCHMARKS.md, "State
-and memory")."""
+"""The dedup stage: one candidate per key across the run, and no more of one operator graph than the selection can
+still take; the earlier rounds' entries read from files against this round's keys only, so that what the join holds
+is this round's (BENCHMARKS.md, "State and memory")."""
 
 from __future__ import annotations
 

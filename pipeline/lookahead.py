@@ -1,14 +1,6 @@
-"""The next round's first executions, started at the end of this round's, where the workers would otherwise idle
-waiting for its slowest task (the `ahead` of WorkerPool.run; the next round's stage takes their verdicts).
-
-Only candidates that the next round's fill point (pipeline.selection.FillPoint) asks for whatever this round's
-verdicts still to come start ahead: this round adds at most as many rows of a data source as it has accepted
-candidates within its own fill point, plus those still running, so the next round misses at least the rest,
-and asks at least `wanted` of that of its first candidates by index. Which rows a run keeps does not change; a
-candidate started ahead costs nothing it would not have cost later. The next round's candidates are read from
-its folder once its CPU stages (run beside this round's execution) are done; where the stage runs outside the
-driver's process, no round is registered and nothing starts ahead.
-"""
+"""The next round's first executions, started at the end of this round's where the workers would otherwise idle
+(the `ahead` of WorkerPool.run): only candidates the next round's fill point asks for whatever verdicts are still to
+come, so which rows a run keeps does not change (docs/execution.md, "Rounds")."""
 
 from __future__ import annotations
 

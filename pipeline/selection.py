@@ -1,14 +1,6 @@
-"""Selection: exactly the quota of each data source, taken from the accepted candidates in index order.
-
-A task already among the rows of its data source (`opsynth.filters.dedup.task_key`: the same program but for
-its batch extent) and rows past the cap of their operator graph are skipped (reason `duplicate`, stage
-`select`); transformers rows, variants of one class by design, are exempt, but for the very same program (a
-candidate rescaled in execution can become one: the dedup before execution saw it as drawn).
-The walk is in index order and later rounds only add higher indices. The dedup stage sends a round only as
-many candidates per operator graph as the cap leaves, so which candidates reach the selection depends on the
-round plan too; that plan depends only on the seed and earlier rounds' verdicts, so a resumed or repeated run
-makes the same dataset.
-"""
+"""Selection: exactly the quota of each data source, taken from the accepted candidates in index order, skipping a
+task already among its rows and rows past their operator graph's cap, so that a resumed or repeated run makes the
+same dataset (docs/recipe.md, "Selection")."""
 
 from __future__ import annotations
 
