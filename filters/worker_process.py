@@ -1,14 +1,6 @@
 """A worker process that runs task code: started by `WorkerPool` as `python -m filters.worker_process FD`, it
-contains itself (filters.containment) and serves jobs from the socket FD until told to stop.
-
-It is two processes. The first lowers its limits, enters the namespaces it may and starts the second, which runs
-the tasks (PID 1 of its namespace where there is one); it then passes the second's answers on to the pool, ends as
-the second ended, and kills it if the pool goes away. The pool sees the first: a task that signals its parent
-reaches it, never the pool, and costs that task its verdict (a first process killed or stopped passes nothing on,
-while the second may still answer before the kernel's signal on its parent's death reaches it). The second reads
-its setup and jobs from the pool (pickled: the pool is trusted) and answers in JSON (it is not: a pickle from it
-could run code in the pool).
-"""
+contains itself (filters.containment), in two processes, and serves jobs from the socket FD until told to stop
+(docs/untrusted-code.md, "Where task code runs")."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""The run driver of `opsynth generate`: rounds until every data source has its quota, then the dataset.
-How many candidates a round makes is `planning`'s; how a round's pipelines run or resume, `round_pipelines`';
-what the driver keeps across rounds, `run_state`'s; the finished folder's writing, `dataset_writer`'s.
-
-Each round's outputs land under `WORK/round-NNNNN/` (WORK is `--work-dir`, by default `DIR/.opsynth`) and are
-marked complete only after the round's pipeline finished, so a run started again with the same options resumes
-at the first incomplete round. The round plan depends only on earlier rounds' results, so a resumed run makes
-the same dataset; each round writes its plan first (`plan.json`), and a resumed round follows the plan it wrote.
-
-Memory is bounded by a round, not by the run: the driver reads one round's records at a time, selects from
-them, and spools the round's rows and rejections, sorted, beside its outputs; the final shards are a merge of
-those spools. What it keeps across rounds is small per row (a task key and the row's name, a count per operator
-graph, each round's record; on CUDA one ratio per execution for the sizing); the figures' two numbers per row are
-gathered as the shards are written.
-"""
+"""The run driver of `opsynth generate`: rounds until every data source has its quota, then the dataset; a round
+marked complete only once its pipeline finished, so a run resumes at the first incomplete one, and memory bounded by
+a round (docs/output.md; docs/distributed.md, "What to expect")."""
 
 from __future__ import annotations
 

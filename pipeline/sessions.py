@@ -1,12 +1,6 @@
-"""The wall time of every process that worked on a run: a run stopped and resumed (by a time limit, a lost
-machine) spends the sum of them, which no single process sees.
-
-Each `generate` process writes its own file under the work folder, `sessions/<start>-<pid>.json`, when it starts
-and again every `SESSION_TICK_S` from a background thread, so a process killed outright leaves its time to within
-that tick, with the process's peak resident memory so far and the host it ran on. `stats.json` lists them and
-their sum. A session of the command line counts from its process's start (`process_started`): its imports and
-start-up are time its user waits too.
-"""
+"""The wall time of every process that worked on a run (a run stopped and resumed spends their sum): each `generate`
+process writes `sessions/<start>-<pid>.json` as it starts and every `SESSION_TICK_S`, with its peak resident memory
+and host (docs/output.md)."""
 
 from __future__ import annotations
 
@@ -26,7 +20,8 @@ GPU_SERIES_SUFFIX = ".gpu.jsonl"  # beside a CUDA session's record: its GPUs' bu
 
 
 def process_started() -> float:
-    """When this process started, on the monotonic clock: its age from /proc (Linux), else now."""
+    """When this process started, on the monotonic clock: its age from /proc (Linux), else now. A session counts
+    from it: its imports are time its user waits too."""
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start, in clock ticks after boot
