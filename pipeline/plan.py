@@ -1,18 +1,6 @@
-"""`opsynth generate --plan`: before any GPU time, whether each data source can yield its rows.
-
-A data source yields as many rows as it has distinct tasks that pass the CPU stages: once its programs repeat
-(single operators reach this first, their configurations being few), more candidates add nothing. The plan
-walks each source's candidates in the order a run makes them (the same seeds), through composition, the exact
-dedup, the selection's one row per task and operator-graph cap, and KernelBench decontamination, and counts
-the distinct tasks admitted. It stops once a source has what its rows need (the rows over PLAN_EXECUTION_YIELD,
-the share the execution stage is expected to keep), or after PLAN_SAMPLE candidates. A source still short
-then gets an estimate of what it holds: admitted tasks grow like C (1 - exp(-n / tau)) in the candidates
-walked, and the counts at n / 2 and n give C; where the second half admitted as many as the first (within the
-noise of a count), no end is in sight and the source is taken to hold enough. An estimate short of the need,
-but within PLAN_REACH of it, walks twice as far and asks again, up to PLAN_LONGEST_WALK candidates: the fit
-undercounts a long tail, so a refusal near the boundary would otherwise be pessimistic. It never passes a
-source whose walk saw it run dry.
-"""
+"""`opsynth generate --plan`: before any GPU time, whether each data source can yield its rows, by walking its
+candidates in run order through the CPU stages and the selection's rules, and estimating what a source still short
+holds; a source whose walk ran dry never passes (docs/recipe.md, "Plan")."""
 
 from __future__ import annotations
 
