@@ -1,13 +1,6 @@
-"""Scoring one solution against one task: the task's side and then the solution's run in contained processes
-of their own (filters.scoring_process), and this process, which runs neither's code, compares their outputs and
-gives the reward (filters.scoring.reward).
-
-The solution cannot reach what decides its correctness: the task's outputs are read into this process and their
-file removed before the solution starts; it gets the task's weights and input draws, not its code; the
-comparison is this process's, out of the solution's reach. Its time is the profiler's in its own process (as in
-the paper's checker), which a solution set on forging it could patch. A crash, a hang, running out of memory or
-a CUDA error in the solution is its reward of -1, with the reason.
-"""
+"""Scoring one solution against one task: the task's side and then the solution's run in contained processes of
+their own (filters.scoring_process), and this process, which runs neither's code, compares their outputs and gives
+the reward (filters.scoring.reward; what the solution can and cannot reach: docs/commands.md, "Scoring")."""
 
 from __future__ import annotations
 

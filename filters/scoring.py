@@ -1,11 +1,6 @@
-"""The CUDA Agent paper's reward for a solution (`ModelNew`) to a task, and the two halves of its measurement,
-each run in a process of its own (filters.scoring_process): the task's side (`reference_case`: its weights, five
-fresh input draws, its outputs and, where asked, its eager and compiled times) and the solution's side
-(`solution_run`: its outputs on those draws and its time), which never sees the task's outputs or baselines.
-
-Times are the paper's: on CUDA the summed kernel time of one forward under the profiler (WARMUP forwards, then
-ITERS timed); on the CPU the median wall time of one forward.
-"""
+"""The CUDA Agent paper's reward for a solution (`ModelNew`) to a task, and the two halves of its measurement, each
+run in a process of its own (filters.scoring_process): the task's side (`reference_case`) and the solution's
+(`solution_run`), which never sees the task's outputs or baselines (docs/commands.md, "Scoring")."""
 
 from __future__ import annotations
 
