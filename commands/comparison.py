@@ -1,11 +1,6 @@
-"""`opsynth compare`: a generated folder side by side with CUDA-Agent-Ops-6K, as a Markdown report with figures.
-
-The released set's mixture and operator frequencies ship with the package (they are the `ops6k` weights and
-mixture), so the report needs nothing else. Given the released example rows (`--released`, a Parquet file with
-`ops`, `data_source` and `code`) it also compares input sizes and the faithfulness of `ops`; given a
-`opsynth validate --report` of those rows measured on the same GPU (`--released-report`), their eager times and
-KernelBench similarity.
-"""
+"""`opsynth compare`: a generated folder side by side with CUDA-Agent-Ops-6K, as a Markdown report with figures, from
+the released set's mixture and operator frequencies shipped with the package, and where given its example rows and
+their validation report (docs/commands.md)."""
 
 from __future__ import annotations
 

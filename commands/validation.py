@@ -1,10 +1,6 @@
-"""`opsynth validate`: every filter of the pipeline, in the pipeline's order, on existing tasks.
-
-Input is a `.py` task, a folder of them, a Parquet file with a `code` column (such as CUDA-Agent-Ops-6K), or a
-dataset folder that `generate` wrote (then the eager times it recorded are compared with those measured now);
-cheap checks (shape check on meta, decontamination) run before any execution, and a task's verdict is the
-first reason it fails.
-"""
+"""`opsynth validate`: every filter of the pipeline, in the pipeline's order (cheap checks first), on existing tasks;
+a task's verdict is the first reason it fails, and a generated folder's recorded eager times are compared with those
+measured now (docs/commands.md)."""
 
 from __future__ import annotations
 

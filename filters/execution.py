@@ -1,10 +1,6 @@
 """Execution checks under the agent's conventions: finite, deterministic, distinguishable, timed, compiled.
-
-`run_checks` is the whole check of one task; it runs inside a worker process of `WorkerPool` (on CPU or CUDA,
-the same code path), so a crash, a hang or an out-of-memory costs only that task. The draws' output checks are
-in filters.output_checks, the compiled model in filters.compiled_model, how outcomes become verdicts in
-filters.verdicts, timing in filters.timing, where a time stands against the window in filters.window_checks.
-"""
+`run_checks` is the whole check of one task, run inside a worker of `WorkerPool` (docs/execution.md, "The checks and
+the timing")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Python source parsed into a syntax tree, one thread of the process at a time.
-
-CPython 3.11 keeps the AST constructor's recursion depth in state shared by the interpreter's threads, so two
-threads building trees at once can fail with `SystemError: AST constructor recursion depth mismatch`: a 6,000-row
-run on 2 cores died so, the next round's CPU stages parsing beside this round's calibration; a 600,000-row run
-died so again in `inspect.getsource`, which parses a class's module to find the class: reading source goes through
-`source_of`.
-"""
+"""Python source parsed into a syntax tree, one thread of the process at a time, since CPython 3.11's AST
+constructor keeps state shared by threads (docs/development.md, "Workarounds"); a class's source is read through
+`source_of`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Publishing a finished dataset folder to the Hugging Face Hub, all of it in one commit.
-
-The folder is checked first (finished run, Hub card metadata, loads with `datasets`); every file but the run's
-state (`.opsynth/`) goes into a single `create_commit`, which uploads large files first and then commits
-once, so an interrupted upload never leaves half a dataset on the Hub. The token comes from the usual places
-(`HF_TOKEN`, `hf auth login`) and is never printed or written.
-"""
+"""Publishing a finished dataset folder to the Hugging Face Hub in one commit, after checking it, so an interrupted
+upload never leaves half a dataset; the token is never printed or written (docs/commands.md, "Publishing")."""
 
 from __future__ import annotations
 

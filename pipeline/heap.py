@@ -1,9 +1,6 @@
-"""The driver's heap. glibc's malloc gives the threads that allocate their own arenas (up to eight per core), and
-memory freed in one arena serves no other; Beam's in-process runner starts new threads for every pipeline, so
-over a long run's rounds the driver's resident memory crept up 3.5-5 MiB a round, though what it held did not
-grow. Held to two arenas the threads share from the process's start, it stopped; set after the threads had
-taken theirs, it went on (BENCHMARKS.md, "State and memory"). The execution's workers are processes of their
-own and keep glibc's default."""
+"""The driver's heap, held to a few glibc arenas (DRIVER_MALLOC_ARENAS) that its threads share from the process's
+start, so that the threads Beam starts for every round's pipeline do not creep its resident memory up
+(docs/development.md, "Workarounds")."""
 
 from __future__ import annotations
 

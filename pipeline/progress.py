@@ -1,11 +1,6 @@
-"""Checkpoints of the execution stage: each finished batch's verdicts, so a run killed at any moment redoes
-only the batches that were in flight; and the progress they show, as the stage reports it where it runs in the
-driver's process, and as the driver reads it from the checkpoints where the stage runs elsewhere.
-
-Files go through Beam's FileSystems, written under a temporary name and renamed, so a checkpoint is read whole
-or not at all; each record carries a hash of itself, so one damaged or edited afterwards is run again rather
-than trusted.
-"""
+"""Checkpoints of the execution stage: each finished batch's verdicts, written whole or not at all and hashed, so
+a killed run redoes only the batches in flight (docs/output.md); and the progress they show, from the stage where it
+runs in the driver's process, else read from the checkpoints."""
 
 from __future__ import annotations
 

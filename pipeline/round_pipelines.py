@@ -1,10 +1,6 @@
-"""A round's two parts, its CPU stages and then its execution, each run unless its outputs are there and
-intact; the CPU stages of the next round beside this one's execution: in this process, a pipeline of their own
-on a thread; on any other runner, in the execution's pipeline (one job per round).
-
-A round's outputs land under `WORK/round-NNNNN/` (see `rounds`) and are marked complete only after its
-pipeline finished, so a run started again resumes at the first incomplete one.
-"""
+"""A round's two parts, its CPU stages and then its execution, each run unless its outputs are there and intact;
+the next round's CPU stages beside this one's execution: in this process, a pipeline of their own on a thread; on any
+other runner, in the execution's pipeline (one job per round)."""
 
 from __future__ import annotations
 

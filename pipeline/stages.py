@@ -1,10 +1,6 @@
 """The stages of the Beam graph, one named composite each: what every stage shares (its outputs `KEPT` and
-`REJECTED`, its counters, its clock) and a candidate's own CPU stages (composition, the shape check with sizing,
-decontamination); the dedup stage is in dedup_stage, the execution stage in execution_stage.
-
-Every filter stage returns its kept candidates under `KEPT` and its rejections under `REJECTED`, and counts
-both per reason, so the top of the pipeline reads as a short chain of labelled steps.
-"""
+`REJECTED`, its counters per reason, its clock) and a candidate's own CPU stages (composition, the shape check with
+sizing, decontamination); the dedup stage is in dedup_stage, the execution stage in execution_stage."""
 
 from __future__ import annotations
 
