@@ -1,14 +1,6 @@
-"""The highest structural AST similarity (filters.ast_similarity) of a program to any of a set of references,
-found exactly: every reference's score is bounded from above at once, and references are scored in the order
-of their bounds until no bound left can beat the best score.
-
-The bound: two nodes match only where their parents match and their types and child counts are equal, so the
-nodes matched between two trees pair nodes with the same path of (type, child count) labels from the roots,
-one to one; the matching nodes are at most, over the paths, the smaller of the two trees' counts of nodes at
-that path. The paths of every reference's significant subtrees are counted once, in one sparse matrix per root
-type, so a program's bounds against all of them are a few sparse products: over 200 candidates, it left about 2
-of the 250 KernelBench tasks to score of the 148 that a bound on subtree sizes left.
-"""
+"""The highest structural AST similarity (filters.ast_similarity) of a program to any of a set of references, found
+exactly: every reference's score bounded from above at once by sparse products, and references scored in the order
+of their bounds until none left can beat the best (docs/decontamination.md, "Its exact search")."""
 
 from __future__ import annotations
 

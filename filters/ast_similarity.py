@@ -1,14 +1,6 @@
-"""Structural AST similarity with the scores of continuous-eval's `PythonASTSimilarity`, made fast.
-
-The metric looks only at node types and child counts, so it runs on type-only skeletons: identical structures
-are interned once in a `SkeletonTable`, their pairwise match is memoised, and the per-reference work is done
-once. The maximum over a reference set is found exactly, as `brute_force` finds it, by filters.ast_search.
-
-The metric, restated: the significant subtrees (imports, functions, ifs, classes, loops, comprehensions,
-returns) of two programs are matched one to one maximising the number of matching nodes; two nodes match
-when their types are equal and, recursively, their children can be matched one to one (children reordered
-freely, counts equal). The score is 2 x (matched nodes, weighted by root type) / (all nodes, weighted).
-"""
+"""Structural AST similarity with the scores of continuous-eval's `PythonASTSimilarity`, made fast by running on
+interned type-only skeletons (docs/decontamination.md, "The AST score"); the maximum over a reference set is
+filters.ast_search's."""
 
 from __future__ import annotations
 

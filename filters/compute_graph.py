@@ -1,18 +1,6 @@
-"""What a task computes, as a graph of ATen operators, and how alike two such graphs are.
-
-A task's forward, run on the meta device under a dispatch mode, is recorded as the ATen operators it calls (after
-PyTorch's own decompositions), each with the operators whose outputs it reads: shapes, names and spelling are
-gone. `nn.Conv2d` and `F.conv2d`, a helper method and an inlined line, `nn.Sequential` and a loop, `@` and
-`torch.matmul`, `+` and `torch.add` all record the same graph (a convolution keeps its dimensions, and
-whether it is transposed or grouped). Operators that only move or make data (views,
-copies, allocations, random fills) are not nodes: an edge passes through them. A few ATen spellings of one
-computation are told as one (`addmm` is a matrix product and an add, `mm` and `bmm` a matrix product).
-
-The graph's fingerprint is its Weisfeiler-Lehman features: each node's operator, then for GRAPH_WL_ROUNDS
-rounds the node's label with its inputs' labels, counted; two graphs are alike by the weighted Jaccard of
-their features. Recording runs task code: it belongs in a contained worker (the shape check), or on trusted
-reference code.
-"""
+"""What a task computes, as a graph of ATen operators recorded on the meta device, and how alike two such graphs
+are, by the weighted Jaccard of their Weisfeiler-Lehman features (docs/decontamination.md, "What a task computes").
+Recording runs task code: in a contained worker (the shape check), or on trusted reference code."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The KernelBench reference of decontamination: an index of fingerprints of its tasks (type-only AST skeletons,
-MinHash signatures and operator-graph features, no source), built from a Parquet file, a folder of `.py` tasks or
-the Hub copy, or the one shipped in the package. Its graphs are recorded by the shape check, in contained
-workers, as a candidate's are.
-"""
+"""The KernelBench reference of decontamination: an index of fingerprints of its tasks (no source), built from a
+Parquet file, a folder of `.py` tasks or the Hub copy, or the one shipped in the package (docs/decontamination.md,
+"The reference")."""
 
 from __future__ import annotations
 
