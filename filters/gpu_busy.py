@@ -1,11 +1,6 @@
-"""How busy the GPUs are: NVML's utilization of each visible GPU (the share of its last sample period in which
-a kernel ran), sampled in a background thread, so a run can say what share of its execution kept them busy, and
-where its workers were while a GPU idled; between two samples, what each GPU's lock was doing (`lock_state`),
-read every LOCK_PERIOD_S, for the share of each sample's period it spent so (NVML's period is too long to tell a
-timing's hold from the drain before it), and which workers began to compile, from what; and with each sample the
-host's cores' clock ticks (`host_ticks`): a GPU idle beside busy cores waits on the host's work (the compiles),
-beside idle ones on its own scheduling.
-"""
+"""How busy the GPUs are: NVML's utilization of each visible GPU sampled on a background thread, with where the
+workers were, what each GPU's lock was doing between samples and the host's cores' busy share, so a run can say
+what share of its execution kept them busy and why they idled (docs/execution.md; docs/output.md, `stats.json`)."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from collections.abc import Callable, Mapping
 from itertools import pairwise
 
 SAMPLE_PERIOD_S = 0.5  # NVML's own sample period is 1/6 s to 1 s
-LOCK_PERIOD_S = 0.02  # how often the lock's state is read between two samples, where the workers' states are given
+LOCK_PERIOD_S = 0.02  # how often the lock's state is read between samples: NVML's cannot tell a hold from a drain
 RECENT_S = 1 / 6  # NVML's shortest sample period: each sample also carries the lock's shares of this last span
 LOCK_STATES = (
     "timing",

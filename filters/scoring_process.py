@@ -1,11 +1,6 @@
-"""One side of a score (filters.scoring), run contained: `python -m opsynth.filters.scoring_process FOLDER`.
-
-FOLDER holds `job.json` (its role, device, and what it runs) and, for the solution's side, `case.pt` (the task's
-weights and input draws, tensors only). The process lowers its limits and enters new PID, network and mount
-namespaces where Linux lets it, like an execution worker, then runs the side in a child process (the first of
-that PID namespace) that writes `out.pt` (tensors only) and `result.json`. The scorer reads them as data: the
-code that wrote them, a task's or a solution's, is not trusted.
-"""
+"""One side of a score (filters.scoring), run contained: `python -m opsynth.filters.scoring_process FOLDER`, FOLDER
+holding `job.json` and, for the solution's side, `case.pt`; it writes `out.pt` (tensors only) and `result.json`,
+which the scorer reads as data (docs/commands.md, "Scoring")."""
 
 from __future__ import annotations
 
