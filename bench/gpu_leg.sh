@@ -51,8 +51,8 @@ for packed in run dataset; do  # a run to resume, or a finished one (to re-measu
   fi
 done
 if [ -n "${CHECK:-}" ]; then  # the GPU tests first: a broken check must not put its verdicts into the run
-  if ! timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider --import-mode=append -x \
-    tests/filters/test_execution.py >"$OUT/check.log" 2>&1; then  # append: as in gpu_suite.sh
+  if ! timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider -x tests/filters/test_execution.py \
+    >"$OUT/check.log" 2>&1; then
     tail -30 "$OUT/check.log"
     echo "the GPU tests failed: the leg does not run"
     exit 1

@@ -12,10 +12,8 @@ step() { echo "== $1 ($(date +%T))" >>"$log"; shift; timeout "$@" >>"$log" 2>&1;
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; } >>"$log" 2>&1
 step "torch" 60 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.device_count())"
-# --import-mode=append: the installed package is imported, not the repository's top folder opsynth/ (the ground floor
-# alone), which pytest's default puts first on the path; `tests` still comes from the repository.
-step "gpu tests" 180 python3 -m pytest -q -m gpu -p no:cacheprovider --import-mode=append \
-  tests/filters/test_execution.py tests/filters/test_kernel_configs.py
+step "gpu tests" 180 python3 -m pytest -q -m gpu -p no:cacheprovider tests/filters/test_execution.py \
+  tests/filters/test_kernel_configs.py
 if [ "${CATALOG:-1}" != 0 ]; then
   step "every catalog entry on CUDA (gpu workload, eager checks)" 300 sh -c \
     "python3 -m opsynth catalog check --execute --device cuda --no-compile-check >'$OUT/catalog.log' 2>&1"
