@@ -12,13 +12,13 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from multiprocessing import Pipe
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 
 from opsynth.bytecode import wait_compiled
 from opsynth.filters.containment import Limits, host_memory_share
 from opsynth.filters.device_lock import DeviceLock
 from opsynth.filters.execution import ExecutionConfig
+from opsynth.filters.jobs_ahead import Bridge, JobsAhead
 from opsynth.filters.process_time import only_child
 from opsynth.filters.worker_budgets import hold_limit_s, overdue, task_threads
 from opsynth.filters.worker_handle import (
@@ -85,10 +85,9 @@ class WorkerPool:
         self.ready_at: float | None = None  # when the last of the first workers was up (monotonic)
         self.containment: dict = {}  # what the first worker reported of its containment
         self.handed = 0  # jobs handed to workers, follow-ups and jobs started ahead included
-        # Jobs started ahead of the run they belong to (see `run`): their verdicts, None while they run.
-        self._ahead: dict[Job, Verdict | None] = {}
+        self._ahead = JobsAhead()  # jobs started ahead of the run they belong to (see `run`)
         self._run_lock = threading.Lock()  # threads of one process (Beam's multi_threading mode) take turns
-        self._bridge: _Bridge | None = None  # started ahead between two runs (see `run`)
+        self._bridge: Bridge | None = None  # started ahead between two runs (see `run`)
         # A pool shared across pipelines (see ExecuteCandidates) is closed when the last reference goes, or at exit.
         self._finalizer = weakref.finalize(self, shut_down, self._workers, self._root)
 
@@ -157,8 +156,12 @@ class WorkerPool:
         with self._run_lock:
             verdicts = self._run(jobs, follow_up, on_final, skip, ahead)
         if ahead is not None:
-            self._bridge = _Bridge(self, ahead)
+            self._bridge = Bridge(lambda stop: self._between_runs(ahead, stop))
         return verdicts
+
+    def _between_runs(self, ahead: Callable[[], Job | None], stop: Connection) -> None:
+        with self._run_lock:
+            self._run([], None, None, None, ahead, stop=stop)
 
     def _end_bridge(self, raising: bool = True) -> None:
         """The jobs started ahead since the last run left to the next one; an error of the thread raised here
@@ -168,26 +171,6 @@ class WorkerPool:
             bridge.end()
             if raising and bridge.error is not None:
                 raise bridge.error
-
-    def _adopt(self, pending: deque, finish) -> None:
-        """Of the pending jobs, those started ahead: a verdict in hand is final at once, a job in flight goes
-        on for this run; the other verdicts started ahead are dropped."""
-        if not self._ahead:
-            return  # nothing was started ahead (most runs)
-        jobs = list(pending)
-        pending.clear()  # follow-ups of verdicts taken here go first, as in a run
-        kept = []
-        for index, job in jobs:
-            verdict = self._ahead.pop(job, None)
-            running = next((w for w in self._workers if w.ahead == job), None)
-            if verdict is not None:
-                finish(index, verdict)
-            elif running is not None:
-                running.ahead, running.job = None, index
-            else:
-                kept.append((index, job))
-        pending.extend(kept)
-        self._ahead = {job: None for job, verdict in self._ahead.items() if verdict is None}
 
     def _run(self, jobs: list[Job], follow_up, on_final, skip, ahead=None, stop=None) -> list[Verdict]:
         """See `run`; with `stop` (the reading end of a pipe), also goes on until it can be read."""
@@ -204,7 +187,7 @@ class WorkerPool:
                 pending.appendleft((index, again))
 
         if stop is None:
-            self._adopt(pending, finish)  # (between runs, the verdicts started ahead wait for the next run)
+            self._ahead.adopt(pending, finish, self._workers)  # (between runs they wait for the next run)
         while pending or any(w.job is not None for w in self._workers) or (stop is not None and not stop.poll()):
             for slot, w in enumerate(self._workers):
                 while w.idle() and pending and skip is not None:
@@ -225,7 +208,7 @@ class WorkerPool:
                         continue
                     self.handed += 1
                     if index is None:
-                        self._ahead[job] = None
+                        self._ahead.started(job)
                     self.first_handed = self.first_handed or w.started
             busy = [w for w in self._workers if w.working() or not w.ready]
             if not busy and stop is None:
@@ -239,21 +222,12 @@ class WorkerPool:
                 if done is not None:
                     self.last_done = now
                     if started_ahead is not None:
-                        self._ahead[started_ahead] = done[1]
+                        self._ahead.done(started_ahead, done[1])
                     else:
                         finish(*done)
             if skip is not None:
-                self._let_go_unneeded(skip, finish)
+                self._ahead.let_go_unneeded(self._workers, skip, finish)
         return [r if r is not None else Verdict(CRASH, "no verdict") for r in results]
-
-    def _let_go_unneeded(self, skip, finish) -> None:
-        """The jobs in the workers' hands whose places `skip` now decides (the verdicts in since they were handed
-        out make them not needed): their places final at once, the jobs left to run as if started ahead, so that
-        a run never waits for a task it no longer needs (the last round of a run, its slowest compiles)."""
-        for w in self._workers:
-            if w.job is not None and (verdict := skip(w.job)) is not None:
-                self._ahead[w.in_hand] = None
-                finish(w.detach(), verdict)
 
     def _collect(self, slot: int, w: WorkerHandle, now: float) -> tuple[int | None, Verdict] | None:
         """(job index, verdict) where worker `slot` finished, crashed or timed out on its job (index None: on
@@ -341,28 +315,3 @@ class WorkerPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class _Bridge:
-    """A pool's work between two runs: on a thread, the jobs `ahead()` gives started on the workers left idle and
-    their verdicts taken (see `WorkerPool.run`), until `end`."""
-
-    def __init__(self, pool: WorkerPool, ahead: Callable[[], Job | None]):
-        self._stop, self._stopping = Pipe(duplex=False)
-        self.error: BaseException | None = None
-
-        def work() -> None:
-            try:
-                with pool._run_lock:
-                    pool._run([], None, None, None, ahead, stop=self._stop)
-            except BaseException as e:  # raised in the caller's thread (`WorkerPool._end_bridge`)
-                self.error = e
-
-        self._thread = threading.Thread(target=work, name="worker-pool-bridge", daemon=True)
-        self._thread.start()
-
-    def end(self) -> None:
-        self._stopping.send_bytes(b"")
-        self._thread.join()
-        self._stop.close()
-        self._stopping.close()
