@@ -140,7 +140,8 @@ def _folder_builds_and_a_broken_source_does_not(tmp_path) -> None:
     (folder / "ops.cpp").write_text(CPP_SOURCE)
     built = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
     assert built.reward == 3, built.reason
-    (folder / "ops.cpp").write_text("retrun 0;\n" + CPP_SOURCE)
+    # a header that does not exist: the compiler stops at once, not after torch's headers
+    (folder / "ops.cpp").write_text("#include <retrun.h>\n" + CPP_SOURCE)
     broken = score(TASK, WITH_EXTENSION, str(folder / "model_new.py"), str(folder), "cpu", FAR_SLOWER_BASELINES, 300)
     assert broken.reward == -1 and "its sources do not build" in broken.reason and "retrun" in broken.reason
 
