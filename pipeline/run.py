@@ -275,6 +275,8 @@ def _generate(
         if workers.execution_pool is not None:
             workers.execution_pool.retire()  # the execution's workers end while the dataset is written
         if beside is not None:
+            if beside.thread is not None and not selector.missing():  # its start was shown: so is its end
+                log(f"round {beside.inputs.number}: not run, every data source has its rows")
             beside.wait(lambda *_: None)  # a round prepared ahead but not needed: done before its pools close
         if workers.shape_pool is not None:
             workers.shape_pool.retire()

@@ -154,7 +154,7 @@ def test_beams_local_runner_runs_a_pipeline_itself_never_handing_it_to_a_downloa
     assert local_engine(PipelineOptions(["--runner", "PortableRunner"])) is None
 
 
-def test_a_run_in_this_process_starts_its_two_pools_once(pools_made, tmp_path):
+def test_a_run_in_this_process_starts_its_two_pools_once(pools_made, tmp_path, capsys):
     """The execution's workers and the shape check's, each started once for all the rounds' pipelines (Beam's
     Shared alone would keep only the last one acquired alive, and the other would start again each pipeline)."""
     made = pools_made
@@ -163,6 +163,10 @@ def test_a_run_in_this_process_starts_its_two_pools_once(pools_made, tmp_path):
     assert main(argv) == 0
     assert sorted(pool.cfg.device for pool in made) == ["cpu", "cpu"] and len({pool.cfg for pool in made}) == 2
     assert not any(pool._finalizer.alive for pool in made)
+    # Round 1, prepared beside round 0 with the same pools, is not needed (no task leaves this window): said so.
+    err = capsys.readouterr().err
+    assert "round 1: 25 candidates, prepared beside the round before" in err
+    assert "round 1: not run, every data source has its rows" in err and "round 1: 25 candidates (" not in err
 
 
 def test_both_pools_import_what_the_run_preloads_as_their_workers_start(pools_made):
